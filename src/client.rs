@@ -1,0 +1,177 @@
+//! The client: one per application, cheap to clone.
+
+use std::sync::Arc;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::Duration;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::{ClientBuilder, Config};
+use crate::error::{Error, Result};
+use crate::lock::RLock;
+use crate::owner::Owners;
+use crate::pubsub::Hub;
+use crate::script::{Executor, capped};
+use crate::watchdog::Watchdog;
+
+/// A connection to Redis and the machinery every lock shares: the script executor, one pub/sub
+/// connection for all waiters, and one watchdog task for all renewed leases.
+///
+/// Cloning is cheap and shares all of it. The background tasks stop once the last clone, and
+/// the last guard of its locks, are gone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> ferrisson::Result<()> {
+/// let client = ferrisson::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.get_lock("orders:42");
+/// let guard = lock.lock().await?;
+/// // ... work on order 42; guard.fencing_token() goes with every write ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) config: Config,
+    pub(crate) owners: Owners,
+    pub(crate) executor: Executor,
+    pub(crate) hub: Hub,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) runtime: tokio::runtime::Handle,
+    /// Dropped with the client: tells the watchdog task to stop.
+    _shutdown: watch::Sender<()>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.id())
+            .field("watchdog_timeout", &self.inner.config.watchdog_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the server at `url` with default settings.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a malformed URL or when called outside a Tokio runtime;
+    /// [`Error::Redis`] when the server cannot be reached within the connection timeout (5 s).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::connect("redis://127.0.0.1/").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder().url(url).build().await
+    }
+
+    /// A builder for a client with other settings than the defaults.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .watchdog_timeout(std::time::Duration::from_secs(10))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// This client's identity: the first half of every owner name it writes into Redis.
+    pub fn id(&self) -> Uuid {
+        self.inner.owners.client_id()
+    }
+
+    /// A handle on the reentrant lock `name`, with an owner of its own.
+    ///
+    /// Clones of the handle are the same owner (locking again is reentrant); another call to
+    /// `get_lock` with the same name is another contender, even in the same task. A malformed
+    /// name (empty, over 16 KiB, broken `{}` hash tag) is reported by every operation of the
+    /// handle as [`Error::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let lock = client.get_lock("reports");
+    /// if let Some(guard) = lock.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn get_lock(&self, name: &str) -> RLock {
+        RLock::new(self.clone(), name)
+    }
+
+    pub(crate) async fn start(config: Config) -> Result<Client> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
+        let redis_client = redis::Client::open(config.url.as_str())
+            .map_err(|e| Error::Config(format!("cannot use URL `{}`: {e}", config.url)))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connection_timeout))
+            .set_response_timeout(Some(config.response_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let conn = capped(
+            config.connection_timeout,
+            ConnectionManager::new_with_config(redis_client.clone(), manager_config),
+        )
+        .await
+        .map_err(Error::Redis)?;
+        let executor = Executor::new(conn, config.round_trip_cap());
+        executor.load_all().await?;
+
+        let (shutdown, shutdown_rx) = watch::channel(());
+        let hub = Hub::start(
+            redis_client,
+            config.connection_timeout,
+            config.response_timeout,
+            &runtime,
+        );
+        let watchdog = Watchdog::start(executor.clone(), config.watchdog_timeout, shutdown_rx, &runtime);
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                owners: Owners::new(Uuid::new_v4()),
+                config,
+                executor,
+                hub,
+                watchdog,
+                runtime,
+                _shutdown: shutdown,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Client>();
+    }
+}

@@ -1,0 +1,191 @@
+//! Client settings and their builder.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) url: String,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) recheck_interval: Duration,
+}
+
+impl Config {
+    /// How long a release latch lives: longer than any resend of the same release can come.
+    pub(crate) fn unlock_latch_ttl(&self) -> Duration {
+        (self.response_timeout * 4 + self.connection_timeout).max(Duration::from_secs(5))
+    }
+
+    /// The hard cap on one round trip, reconnection included: no call ever hangs past it.
+    pub(crate) fn round_trip_cap(&self) -> Duration {
+        self.response_timeout + self.connection_timeout
+    }
+}
+
+/// Builds a [`Client`](crate::Client) with settings other than the defaults.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> ferrisson::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = ferrisson::Client::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .response_timeout(Duration::from_secs(1))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct ClientBuilder {
+    url: Option<String>,
+    watchdog_timeout: Duration,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    recheck_interval: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            url: None,
+            watchdog_timeout: Duration::from_secs(30),
+            connection_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(3),
+            recheck_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The server to connect to: `redis://[user:password@]host[:port][/db]`.
+    ///
+    /// There is no default: [`build`](Self::build) fails without one.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The lease of locks taken without one (`lock()`, `try_lock()`), which the watchdog renews
+    /// every third of it for as long as the guard lives. Redisson calls it
+    /// `lockWatchdogTimeout`.
+    ///
+    /// Default is 30 s; at least 30 ms.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How long one attempt to open a connection may take.
+    ///
+    /// Default is 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for the reply to one command before failing with a timeout.
+    ///
+    /// Default is 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The longest a waiting `lock()` sleeps between two attempts when no unlock message
+    /// arrives, so a lost message or a holder key without TTL never hangs a waiter. Waiters
+    /// normally wake on the unlock message, or when the holder's lease runs out if sooner.
+    ///
+    /// Default is 5 s.
+    pub fn recheck_interval(mut self, interval: Duration) -> Self {
+        self.recheck_interval = interval;
+        self
+    }
+
+    /// Checks the settings, connects and loads the scripts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a missing or malformed URL or a zero duration;
+    /// [`Error::Redis`] when the server cannot be reached within the connection timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the half-made client.
+    pub async fn build(self) -> Result<crate::Client> {
+        let config = self.check()?;
+        crate::Client::start(config).await
+    }
+
+    pub(crate) fn check(self) -> Result<Config> {
+        let url = self
+            .url
+            .ok_or_else(|| Error::Config("no URL given: call .url(\"redis://host:port\")".into()))?;
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(Error::Config(format!(
+                "watchdog_timeout must be at least 30 ms, got {:?}",
+                self.watchdog_timeout
+            )));
+        }
+        for (what, d) in [
+            ("connection_timeout", self.connection_timeout),
+            ("response_timeout", self.response_timeout),
+            ("recheck_interval", self.recheck_interval),
+        ] {
+            if d.is_zero() {
+                return Err(Error::Config(format!("{what} must not be zero")));
+            }
+        }
+        Ok(Config {
+            url,
+            watchdog_timeout: self.watchdog_timeout,
+            connection_timeout: self.connection_timeout,
+            response_timeout: self.response_timeout,
+            recheck_interval: self.recheck_interval,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> ClientBuilder {
+        ClientBuilder::default().url("redis://127.0.0.1:1")
+    }
+
+    #[test]
+    fn defaults_match_redisson() {
+        let c = builder().check().unwrap();
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
+        assert_eq!(c.response_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn missing_url_is_a_config_error() {
+        let err = ClientBuilder::default().check().unwrap_err();
+        assert!(matches!(err, Error::Config(m) if m.contains("URL")));
+    }
+
+    #[test]
+    fn zero_and_tiny_durations_are_refused() {
+        assert!(matches!(builder().watchdog_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
+        assert!(matches!(builder().watchdog_timeout(Duration::from_millis(5)).check(), Err(Error::Config(_))));
+        assert!(matches!(builder().response_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
+        assert!(matches!(builder().connection_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
+        assert!(matches!(builder().recheck_interval(Duration::ZERO).check(), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn latch_outlives_every_resend() {
+        let c = builder().check().unwrap();
+        assert!(c.unlock_latch_ttl() > c.round_trip_cap() * 2);
+    }
+}

@@ -1,0 +1,142 @@
+//! The one error type of the crate.
+
+use redis::RedisError;
+
+/// Everything that can go wrong in ferrisson.
+///
+/// Contention is never an error: `try_lock` and `try_lock_for` answer `Ok(None)` when the lock
+/// stays taken.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) {
+/// use ferrisson::Error;
+///
+/// match client.get_lock("orders").try_lock().await {
+///     Ok(Some(guard)) => { let _ = guard.unlock().await; }
+///     Ok(None) => println!("somebody else holds it"),
+///     Err(Error::WrongType { key, .. }) => println!("{key} is not a lock"),
+///     Err(other) => println!("failed: {other}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached or answered with an error. The source tells which.
+    ///
+    /// A command that timed out may still have run; ferrisson repairs what it can (see the crate
+    /// docs, "Faults").
+    #[error("redis command failed")]
+    Redis(#[source] RedisError),
+
+    /// The hold this guard stood for is gone: its lease expired, or the key was deleted or taken
+    /// over. Whatever the guard protected may have been touched by somebody else.
+    #[error("the lease on lock `{name}` was lost")]
+    LockLost {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// An argument was refused before anything was sent to Redis.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A key that ferrisson needs holds data of another kind; nothing was changed.
+    #[error("key `{key}` holds data of another type")]
+    WrongType {
+        /// The key that holds the foreign value.
+        key: String,
+    },
+
+    /// The client configuration was refused by [`ClientBuilder::build`](crate::ClientBuilder::build).
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+
+    /// Redis answered something ferrisson's scripts never return (a foreign or corrupted script
+    /// cache, or a proxy in the way).
+    #[error("unexpected reply from redis: {0}")]
+    UnexpectedReply(String),
+}
+
+/// `Result` with ferrisson's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Maps a Redis error, naming `key` when Redis says the key holds another type.
+    pub(crate) fn from_redis(err: RedisError, key: &str) -> Self {
+        if err.code() == Some("WRONGTYPE") {
+            let key = err
+                .detail()
+                .and_then(|d| d.strip_prefix("key "))
+                .and_then(|d| d.split(" holds").next())
+                .unwrap_or(key)
+                .to_owned();
+            return Error::WrongType { key };
+        }
+        Error::Redis(err)
+    }
+
+    /// True when a command may have run on the server although no reply came back.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        match self {
+            Error::Redis(e) => e.is_io_error() && !e.is_connection_refusal(),
+            _ => false,
+        }
+    }
+
+    /// True when the connection went away, so resending on a fresh one is worth a try.
+    pub(crate) fn connection_dropped(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.is_connection_dropped() && !e.is_connection_refusal())
+    }
+
+    pub(crate) fn unexpected(what: impl std::fmt::Display) -> Self {
+        Error::UnexpectedReply(what.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<Error>();
+    }
+
+    #[test]
+    fn wrongtype_names_the_key_from_the_script_detail() {
+        let err = redis::make_extension_error(
+            "WRONGTYPE".into(),
+            Some("key orders holds a string".into()),
+        );
+        match Error::from_redis(err, "fallback") {
+            Error::WrongType { key } => assert_eq!(key, "orders"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrongtype_from_a_plain_command_names_the_given_key() {
+        let err = redis::make_extension_error(
+            "WRONGTYPE".into(),
+            Some("Operation against a key holding the wrong kind of value".into()),
+        );
+        assert!(matches!(Error::from_redis(err, "k"), Error::WrongType { key } if key == "k"));
+    }
+
+    #[test]
+    fn timeouts_are_unknown_outcomes_refusals_are_not() {
+        let timeout = Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "t").into());
+        assert!(timeout.outcome_unknown());
+        let refused =
+            Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "r").into());
+        assert!(!refused.outcome_unknown());
+        assert!(!refused.connection_dropped());
+        let reset =
+            Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "r").into());
+        assert!(reset.outcome_unknown() && reset.connection_dropped());
+    }
+}

@@ -1,0 +1,162 @@
+//! The lease behind one or more guards: the fencing token, the deadline by which Redis lets the
+//! hold expire unless renewed, and whether the hold is known to be lost.
+//!
+//! Reentrant guards of one owner share one lease. Lost is sticky: once a holder has been told to
+//! stop touching the resource, a late renewal does not take that back. The deadline and the
+//! lost flag are atomics so that the watchdog reads them without taking the lease's lock.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+pub(crate) struct Lease {
+    token: u64,
+    /// The instant the deadline is counted from.
+    base: Instant,
+    /// Microseconds after `base` past which Redis may have expired the hold.
+    deadline_us: AtomicU64,
+    /// The TTL the lock gets back from a partial release.
+    lease_ms: AtomicU64,
+    lost: AtomicBool,
+    lost_signal: Notify,
+    guards: Mutex<Guards>,
+}
+
+/// Which guards live on a lease, and who renews it.
+#[derive(Debug, Default)]
+pub(crate) struct Guards {
+    pub(crate) live: usize,
+    /// The watchdog registration renewing this lease, if any.
+    pub(crate) renewal: Option<u64>,
+}
+
+impl Lease {
+    pub(crate) fn new(token: u64, sent_at: Instant, lease_ms: u64) -> Self {
+        Lease {
+            token,
+            base: sent_at,
+            deadline_us: AtomicU64::new(lease_ms.saturating_mul(1000)),
+            lease_ms: AtomicU64::new(lease_ms),
+            lost: AtomicBool::new(false),
+            lost_signal: Notify::new(),
+            guards: Mutex::new(Guards::default()),
+        }
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub(crate) fn lease_ms(&self) -> u64 {
+        self.lease_ms.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn guards(&self) -> MutexGuard<'_, Guards> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn offset_us(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.base).as_micros().min(u64::MAX as u128) as u64
+    }
+
+    /// A reentrant grant sent at `sent_at` set the TTL to `lease_ms`, possibly shorter.
+    pub(crate) fn extended(&self, sent_at: Instant, lease_ms: u64) {
+        let until = self.offset_us(sent_at).saturating_add(lease_ms.saturating_mul(1000));
+        self.deadline_us.store(until, Ordering::Release);
+        self.lease_ms.store(lease_ms, Ordering::Relaxed);
+    }
+
+    /// A renewal sent at `sent_at` confirmed the hold; never moves the deadline backwards.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        let until = self.offset_us(sent_at + lease);
+        self.deadline_us.fetch_max(until, Ordering::AcqRel);
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.base + Duration::from_micros(self.deadline_us.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.deadline() {
+            self.mark_lost();
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            self.lost_signal.notify_waiters();
+        }
+    }
+
+    /// Resolves once the lease is lost.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let signal = self.lost_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                () = signal => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lease_is_lost_at_its_deadline_and_stays_lost() {
+        let lease = Lease::new(7, Instant::now(), 30);
+        assert!(!lease.is_lost());
+        assert_eq!(lease.token(), 7);
+        tokio::time::timeout(Duration::from_secs(2), lease.lost()).await.unwrap();
+        assert!(lease.is_lost());
+        lease.renewed(Instant::now(), Duration::from_secs(10));
+        assert!(lease.is_lost(), "lost is sticky");
+    }
+
+    #[tokio::test]
+    async fn renewal_moves_the_deadline_forward_only() {
+        let lease = Lease::new(1, Instant::now(), 10_000);
+        let before = lease.deadline();
+        lease.renewed(Instant::now(), Duration::from_millis(1));
+        assert_eq!(lease.deadline(), before);
+        lease.renewed(Instant::now(), Duration::from_secs(60));
+        assert!(lease.deadline() > before);
+    }
+
+    #[tokio::test]
+    async fn a_reentrant_grant_may_shorten_the_deadline() {
+        let lease = Lease::new(1, Instant::now(), 60_000);
+        lease.extended(Instant::now(), 5);
+        assert!(lease.deadline() < Instant::now() + Duration::from_secs(1));
+        assert_eq!(lease.lease_ms(), 5);
+    }
+
+    #[tokio::test]
+    async fn mark_lost_wakes_lost_waiters() {
+        let lease = std::sync::Arc::new(Lease::new(1, Instant::now(), 60_000));
+        let waiter = tokio::spawn({
+            let lease = lease.clone();
+            async move { lease.lost().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        lease.mark_lost();
+        tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+    }
+}

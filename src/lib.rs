@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod client;
+mod config;
+mod error;
+mod lease;
+mod lock;
+mod names;
+mod owner;
+mod pubsub;
+mod script;
+mod watchdog;
+
+pub use client::Client;
+pub use config::ClientBuilder;
+pub use error::{Error, Result};
+pub use lock::{LockGuard, RLock};

@@ -1,0 +1,154 @@
+//! The guard: proof of one hold, and the only way to see release errors.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::lock::holder::Holder;
+
+/// One hold of a lock. Returned by every acquire; `'static` and `Send`, so it can move into a
+/// task.
+///
+/// Release it with [`unlock`](Self::unlock), which reports errors. Dropping it instead stops the
+/// lease renewal at once and sends the release from a background task on the client's runtime
+/// (best effort, failures are logged with `tracing`; the lease TTL frees the lock if the release
+/// cannot be sent).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let guard = client.get_lock("invoices").lock().await?;
+/// let token = guard.fencing_token(); // send it along with every write the lock protects
+/// # let _ = token;
+/// tokio::select! {
+///     _ = guard.lost() => eprintln!("lease lost: stop writing"),
+///     _ = async { /* the work */ } => {}
+/// }
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct LockGuard {
+    holder: Arc<Holder>,
+    lease: Arc<Lease>,
+    armed: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(holder: Arc<Holder>, lease: Arc<Lease>) -> Self {
+        LockGuard {
+            holder,
+            lease,
+            armed: true,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.holder.name()
+    }
+
+    /// Gives back this hold. The lock is free once every hold of its owner is given back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`](crate::Error::LockLost) when the hold was already gone (lease expired,
+    /// key deleted or forced open); [`Error::Redis`](crate::Error::Redis) when Redis could not
+    /// be reached, in which case the lease, no longer renewed, frees the lock when it runs out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: renewal stops at the first poll, and if the future is dropped before the
+    /// release completes, the release finishes in the background (it is idempotent, so a
+    /// release already sent is not applied twice).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(mut self) -> Result<()> {
+        self.armed = false;
+        self.holder.guard_gone(&self.lease);
+        let mut release = PendingRelease {
+            holder: self.holder.clone(),
+            lease: self.lease.clone(),
+            request_id: self.holder.inner().owners.next_request_id(),
+            done: false,
+        };
+        let result = release.holder.release(&release.lease, &release.request_id).await;
+        release.done = true;
+        result
+    }
+
+    /// The fencing token of this hold: strictly greater than that of every earlier grant of the
+    /// same lock name, from any client. Reentrant holds share their first hold's token. Pass it
+    /// to the resource so it can refuse writes from a holder whose lease ran out.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.token()
+    }
+
+    /// True once the lease is lost: a renewal found the lock no longer ours, or the lease ran
+    /// out without a confirmed renewal. The holder must stop touching the resource. Once true,
+    /// it stays true.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// Resolves when the lease is lost (see [`is_lost`](Self::is_lost)); pends for ever while
+    /// the watchdog keeps it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.lease.lost().await;
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.holder.guard_gone(&self.lease);
+        let holder = self.holder.clone();
+        let lease = self.lease.clone();
+        let request_id = holder.inner().owners.next_request_id();
+        self.holder.inner().runtime.spawn(async move {
+            if let Err(e) = holder.release(&lease, &request_id).await {
+                tracing::warn!(lock = %holder.name(), error = %e, "release of a dropped guard failed");
+            }
+        });
+    }
+}
+
+/// A release under way; dropped before it finished, it finishes in the background.
+struct PendingRelease {
+    holder: Arc<Holder>,
+    lease: Arc<Lease>,
+    request_id: String,
+    done: bool,
+}
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let holder = self.holder.clone();
+        let lease = self.lease.clone();
+        let request_id = std::mem::take(&mut self.request_id);
+        self.holder.inner().runtime.spawn(async move {
+            if let Err(e) = holder.release(&lease, &request_id).await {
+                tracing::warn!(lock = %holder.name(), error = %e, "cancelled release failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,315 @@
+//! The engine under every lock handle: one owner of one lock.
+//!
+//! The holder keeps the hold count its owner has on the server, and serializes its round trips
+//! through an async mutex so that count and server always move together. When an acquire's
+//! outcome is unknown (timeout, dropped connection, cancelled caller) the holder repairs the
+//! server to the count it knows, still holding that mutex, so no other operation of the owner
+//! can slip in between.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::lock::guard::LockGuard;
+use crate::lock::wait::{self, Attempt};
+use crate::watchdog::Renewal;
+
+/// What an acquire script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// Granted with `token`; `fresh` when the owner held nothing on the server before.
+    Granted { token: u64, fresh: bool },
+    Busy { ttl: Option<Duration> },
+}
+
+/// What a release script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The last hold went; the lock is free and its waiters were told.
+    Freed,
+    /// Holds of the owner remain.
+    StillHeld,
+    /// The owner held nothing.
+    NotOwner,
+}
+
+/// One lock kind's server side. Each method is one script call.
+pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
+    /// The lock's name (its main key).
+    fn name(&self) -> &Arc<str>;
+    /// The channel its waiters subscribe to.
+    fn channel(&self) -> &str;
+    fn acquire<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+    ) -> BoxFuture<'a, Result<Acquired>>;
+    /// Gives back one hold. Must be idempotent per `request_id`.
+    fn release<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Released>>;
+    /// Sets the owner's hold count on the server to `holds` (0: remove it), never reviving a
+    /// hold the server no longer has.
+    fn repair<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        holds: u32,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+/// How a grant's lease is kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeaseMode {
+    /// The client's watchdog timeout, renewed while a guard lives.
+    Watchdog,
+    /// A fixed lease in ms, never renewed.
+    Fixed(u64),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Holds {
+    count: u32,
+    lease: Option<Arc<Lease>>,
+}
+
+pub(crate) struct Holder {
+    pub(crate) client: Client,
+    pub(crate) owner: Arc<str>,
+    pub(crate) ops: Box<dyn LockOps>,
+    holds: Arc<Mutex<Holds>>,
+}
+
+impl fmt::Debug for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Holder")
+            .field("name", self.ops.name())
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Holder {
+    pub(crate) fn new(client: Client, ops: Box<dyn LockOps>) -> Self {
+        let owner = client.inner.owners.next_owner();
+        Holder {
+            client,
+            owner,
+            ops,
+            holds: Arc::default(),
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &ClientInner {
+        &self.client.inner
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.ops.name()
+    }
+
+    /// Acquires, waiting at most `wait` (`None`: for ever).
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        mode: LeaseMode,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        wait::acquire(self.inner(), self.ops.channel(), wait, || self.attempt(mode)).await
+    }
+
+    async fn attempt(self: &Arc<Self>, mode: LeaseMode) -> Result<Attempt<LockGuard>> {
+        let lease_ms = match mode {
+            LeaseMode::Watchdog => self.inner().watchdog.lease().as_millis() as u64,
+            LeaseMode::Fixed(ms) => ms,
+        };
+        let holds = self.holds.clone().lock_owned().await;
+        // From here on the script may run: if this future is dropped, the repair runs instead.
+        let mut in_flight = InFlight {
+            holder: self.clone(),
+            holds: Some(holds),
+        };
+        let sent_at = Instant::now();
+        let reply = self.ops.acquire(self.inner(), &self.owner, lease_ms).await;
+        match reply {
+            Ok(Acquired::Granted { token, fresh }) => {
+                let holds = in_flight.disarm();
+                Ok(Attempt::Granted(self.grant(holds, token, fresh, sent_at, lease_ms, mode)))
+            }
+            Ok(Acquired::Busy { ttl }) => {
+                in_flight.disarm();
+                Ok(Attempt::Busy { ttl })
+            }
+            Err(e) if e.outcome_unknown() => {
+                in_flight.repair().await;
+                in_flight.disarm();
+                Err(e)
+            }
+            Err(e) => {
+                in_flight.disarm();
+                Err(e)
+            }
+        }
+    }
+
+    fn grant(
+        self: &Arc<Self>,
+        mut holds: OwnedMutexGuard<Holds>,
+        token: u64,
+        fresh: bool,
+        sent_at: Instant,
+        lease_ms: u64,
+        mode: LeaseMode,
+    ) -> LockGuard {
+        let reentered = match &holds.lease {
+            Some(lease) if holds.count > 0 && !fresh && !lease.is_lost() => Some(lease.clone()),
+            _ => None,
+        };
+        let lease = match reentered {
+            Some(lease) => {
+                lease.extended(sent_at, lease_ms);
+                lease
+            }
+            None => {
+                // A fresh grant while we thought we held it: the old hold had expired, and the
+                // guards on it must not release the new one.
+                if let Some(old) = holds.lease.take() {
+                    old.mark_lost();
+                }
+                holds.count = 0;
+                Arc::new(Lease::new(token, sent_at, lease_ms))
+            }
+        };
+        holds.count += 1;
+        holds.lease = Some(lease.clone());
+        drop(holds);
+
+        let mut guards = lease.guards();
+        guards.live += 1;
+        if matches!(mode, LeaseMode::Watchdog) && guards.renewal.is_none() {
+            guards.renewal = Some(self.inner().watchdog.register(Renewal {
+                key: self.ops.name().clone(),
+                owner: self.owner.clone(),
+                lease: lease.clone(),
+            }));
+        }
+        drop(guards);
+        LockGuard::new(self.clone(), lease)
+    }
+
+    /// A guard of `lease` is gone (unlocked or dropped). The last one stops the renewal, before
+    /// its release is sent.
+    pub(crate) fn guard_gone(&self, lease: &Lease) {
+        let mut guards = lease.guards();
+        guards.live = guards.live.saturating_sub(1);
+        if guards.live == 0
+            && let Some(id) = guards.renewal.take()
+        {
+            self.inner().watchdog.deregister(id);
+        }
+    }
+
+    /// Gives back one hold of `lease`.
+    pub(crate) async fn release(self: &Arc<Self>, lease: &Arc<Lease>, request_id: &str) -> Result<()> {
+        let mut holds = self.holds.clone().lock_owned().await;
+        let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
+        if !current || holds.count == 0 {
+            return Err(self.lost());
+        }
+        let mut result = self.send_release(lease, request_id).await;
+        // The resend carries the same request id: if the first one ran, its latch answers.
+        for _ in 0..2 {
+            match &result {
+                Err(e) if e.connection_dropped() => result = self.send_release(lease, request_id).await,
+                _ => break,
+            }
+        }
+        holds.count -= 1;
+        let outcome = match result {
+            Ok(Released::StillHeld) if holds.count == 0 => {
+                // The server counted holds we did not know of (an earlier repair failed).
+                if let Err(e) = self.ops.repair(self.inner(), &self.owner, 0).await {
+                    tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; it expires with its lease");
+                }
+                Ok(())
+            }
+            Ok(Released::Freed) if holds.count > 0 => {
+                // The server had fewer holds than we knew of: the others are gone.
+                lease.mark_lost();
+                holds.count = 0;
+                Ok(())
+            }
+            Ok(Released::Freed | Released::StillHeld) => Ok(()),
+            Ok(Released::NotOwner) => {
+                lease.mark_lost();
+                holds.count = 0;
+                Err(self.lost())
+            }
+            Err(e) => Err(e),
+        };
+        if holds.count == 0 {
+            holds.lease = None;
+        }
+        outcome
+    }
+
+    async fn send_release(&self, lease: &Lease, request_id: &str) -> Result<Released> {
+        self.ops
+            .release(self.inner(), &self.owner, lease.lease_ms(), request_id)
+            .await
+    }
+
+    fn lost(&self) -> Error {
+        Error::LockLost {
+            name: self.name().to_owned(),
+        }
+    }
+}
+
+/// An acquire that may have run on the server. Dropped while armed, it spawns the repair that
+/// sets the server back to the hold count the owner knows, keeping the owner's mutex until the
+/// repair is done.
+struct InFlight {
+    holder: Arc<Holder>,
+    holds: Option<OwnedMutexGuard<Holds>>,
+}
+
+impl InFlight {
+    fn disarm(&mut self) -> OwnedMutexGuard<Holds> {
+        self.holds.take().expect("an in-flight acquire is disarmed once")
+    }
+
+    async fn repair(&mut self) {
+        let count = self.holds.as_ref().map_or(0, |h| h.count);
+        repair(&self.holder, count).await;
+    }
+}
+
+async fn repair(holder: &Holder, count: u32) {
+    if let Err(e) = holder.ops.repair(holder.inner(), &holder.owner, count).await {
+        tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a stray hold expires with its lease");
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(holds) = self.holds.take() {
+            let holder = self.holder.clone();
+            self.holder.inner().runtime.spawn(async move {
+                repair(&holder, holds.count).await;
+                drop(holds);
+            });
+        }
+    }
+}

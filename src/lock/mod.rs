@@ -1,0 +1,41 @@
+//! The lock family. Every kind plugs its scripts into one engine ([`holder`]): hold counting,
+//! the waiting loop, cancellation repair, watchdog registration and the guard.
+
+mod guard;
+pub(crate) mod holder;
+mod rlock;
+pub(crate) mod wait;
+
+use std::time::Duration;
+
+pub use guard::LockGuard;
+pub use rlock::RLock;
+
+use crate::error::{Error, Result};
+
+/// A lease given by the caller, checked and in milliseconds.
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
+    let ms = lease.as_millis();
+    if ms == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "a lease must be at least 1 ms, got {lease:?}"
+        )));
+    }
+    u64::try_from(ms)
+        .ok()
+        .filter(|ms| *ms <= i64::MAX as u64)
+        .ok_or_else(|| Error::InvalidArgument(format!("a lease of {lease:?} is too long for Redis")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_checked() {
+        assert!(matches!(lease_ms(Duration::ZERO), Err(Error::InvalidArgument(_))));
+        assert!(matches!(lease_ms(Duration::from_micros(999)), Err(Error::InvalidArgument(_))));
+        assert!(matches!(lease_ms(Duration::MAX), Err(Error::InvalidArgument(_))));
+        assert_eq!(lease_ms(Duration::from_millis(1500)).unwrap(), 1500);
+    }
+}

@@ -1,0 +1,468 @@
+//! `RLock`: Redisson's reentrant lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use redis::Value;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::lock::guard::LockGuard;
+use crate::lock::holder::{Acquired, Holder, LeaseMode, LockOps, Released};
+use crate::lock::lease_ms;
+use crate::names;
+use crate::script::{
+    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
+};
+
+/// The message an RLock release publishes (Redisson's unlock message).
+const UNLOCK_MESSAGE: &str = "0";
+
+/// A reentrant distributed lock, Redisson's `RLock`, with a fencing token on every grant.
+///
+/// In Redis it is a hash named like the lock, holding one field `<client-uuid>:<n>` (the owner)
+/// whose value is the hold count, with a TTL equal to the lease. A release that frees it
+/// publishes `0` on `redisson_lock__channel:{name}`, which wakes the waiters. A Java service
+/// using Redisson's `RLock` on the same name contends with it correctly.
+///
+/// Clones are the same owner: locking through a clone is reentrant and each guard gives back
+/// one hold. Two handles from [`Client::get_lock`] are two contenders.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use std::time::Duration;
+///
+/// let lock = client.get_lock("nightly-report");
+/// match lock.try_lock_for(Duration::from_secs(5), None).await? {
+///     Some(guard) => {
+///         println!("got it, token {}", guard.fencing_token());
+///         guard.unlock().await?;
+///     }
+///     None => println!("still busy after 5 s"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RLock {
+    holder: Arc<Holder>,
+    /// Why the name was refused, reported by every operation.
+    invalid: Option<Arc<str>>,
+}
+
+impl RLock {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
+        let invalid = names::validate(name).err().map(Arc::from);
+        let ops = RLockOps {
+            name: Arc::from(name),
+            channel: names::lock_channel(name),
+            token_key: names::token_key(name),
+        };
+        RLock {
+            holder: Arc::new(Holder::new(client, Box::new(ops))),
+            invalid,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.holder.name()
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.invalid {
+            Some(why) => Err(Error::InvalidArgument(why.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until the lock is acquired. The lease is the client's watchdog timeout (30 s by
+    /// default), renewed every third of it while the guard lives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed name, [`Error::WrongType`] when the key holds
+    /// something else, [`Error::Redis`] when Redis fails or does not answer within the response
+    /// timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point leaves no hold behind. A grant that was on
+    /// its way when the future was dropped is given back by a background repair.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_lock("cart:7").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.check()?;
+        self.holder
+            .acquire(LeaseMode::Watchdog, None)
+            .await?
+            .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
+    }
+
+    /// Waits until the lock is acquired, with a fixed `lease` that is never renewed: the lock
+    /// frees itself when the lease runs out, and the guard then reports itself lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`] for a lease under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = client.get_lock("job").lock_with_lease(Duration::from_secs(10)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.check()?;
+        let ms = lease_ms(lease)?;
+        self.holder
+            .acquire(LeaseMode::Fixed(ms), None)
+            .await?
+            .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
+    }
+
+    /// One attempt, no waiting: `Ok(None)` when somebody else holds the lock. The lease is
+    /// renewed by the watchdog, as with [`lock`](Self::lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// if let Some(guard) = client.get_lock("cache-warmup").try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.check()?;
+        self.holder
+            .acquire(LeaseMode::Watchdog, Some(Duration::ZERO))
+            .await
+    }
+
+    /// Waits at most `wait` for the lock (`Duration::ZERO`: one attempt). With `lease`, the
+    /// lease is fixed and never renewed; without, the watchdog renews it.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with_lease`](Self::lock_with_lease). Running out of `wait` is `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.get_lock("payments");
+    /// if let Some(guard) = lock.try_lock_for(Duration::from_millis(200), Some(Duration::from_secs(5))).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.check()?;
+        let mode = match lease {
+            Some(lease) => LeaseMode::Fixed(lease_ms(lease)?),
+            None => LeaseMode::Watchdog,
+        };
+        self.holder.acquire(mode, Some(wait)).await
+    }
+
+    async fn inspect(&self) -> Result<(bool, u32, i64)> {
+        self.check()?;
+        let call = ScriptCall::new(&LOCK_INSPECT)
+            .key(self.name())
+            .arg(&*self.holder.owner);
+        let (locked, holds, pttl): (i64, i64, i64) =
+            self.holder.inner().executor.run(&call, self.name()).await?;
+        Ok((locked == 1, u32::try_from(holds).unwrap_or(0), pttl))
+    }
+
+    /// Whether anybody holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], [`Error::Redis`], [`Error::InvalidArgument`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// println!("locked: {}", lock.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.inspect().await?.0)
+    }
+
+    /// Whether this handle (this owner) holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Self::is_locked).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// assert!(!lock.is_held().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.inspect().await?.1 > 0)
+    }
+
+    /// How many holds this handle has on the lock, as Redis counts them.
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Self::is_locked).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let outer = lock.lock().await?;
+    /// let inner = lock.lock().await?;
+    /// assert_eq!(lock.hold_count().await?, 2);
+    /// # drop((outer, inner));
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold_count(&self) -> Result<u32> {
+        Ok(self.inspect().await?.1)
+    }
+
+    /// The lock's remaining lease: `None` when it is free or has no TTL (a foreign holder that
+    /// set none).
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Self::is_locked).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// if let Some(ttl) = lock.remaining_ttl().await? {
+    ///     println!("free in at most {ttl:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        let pttl = self.inspect().await?.2;
+        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+    }
+
+    /// Frees the lock whoever holds it, and wakes its waiters. Returns whether it was held.
+    /// Holders find their guards lost at their next renewal. The fencing counter is left alone,
+    /// so tokens never go backwards.
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Self::is_locked).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that the lock may or may not have been freed when the
+    /// future is dropped after it was sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let was_held = lock.force_unlock().await?;
+    /// # let _ = was_held;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check()?;
+        let call = ScriptCall::new(&LOCK_FORCE_UNLOCK)
+            .key(self.name())
+            .key(names::lock_channel(self.name()))
+            .arg(UNLOCK_MESSAGE);
+        let freed: i64 = self.holder.inner().executor.run(&call, self.name()).await?;
+        Ok(freed == 1)
+    }
+}
+
+#[derive(Debug)]
+struct RLockOps {
+    name: Arc<str>,
+    channel: String,
+    token_key: String,
+}
+
+impl LockOps for RLockOps {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+    ) -> BoxFuture<'a, Result<Acquired>> {
+        async move {
+            let call = ScriptCall::new(&LOCK_ACQUIRE)
+                .key(&*self.name)
+                .key(&self.token_key)
+                .arg(owner)
+                .arg(lease_ms);
+            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
+            parse_acquire(status, value)
+        }
+        .boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Released>> {
+        async move {
+            let call = ScriptCall::new(&LOCK_RELEASE)
+                .key(&*self.name)
+                .key(&self.channel)
+                .key(names::unlock_latch_key(&self.name, request_id))
+                .arg(owner)
+                .arg(lease_ms)
+                .arg(client.config.unlock_latch_ttl().as_millis() as u64)
+                .arg(UNLOCK_MESSAGE);
+            let reply: Value = client.executor.run(&call, &self.name).await?;
+            parse_release(&reply)
+        }
+        .boxed()
+    }
+
+    fn repair<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        holds: u32,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let call = ScriptCall::new(&LOCK_REPAIR)
+                .key(&*self.name)
+                .key(&self.channel)
+                .arg(owner)
+                .arg(holds)
+                .arg(UNLOCK_MESSAGE);
+            let changed: i64 = client.executor.run(&call, &self.name).await?;
+            if changed == 1 {
+                tracing::debug!(lock = %self.name, holds, "hold count repaired");
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
+fn parse_acquire(status: i64, value: i64) -> Result<Acquired> {
+    let token = || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
+    match status {
+        1 => Ok(Acquired::Granted { token: token()?, fresh: true }),
+        2 => Ok(Acquired::Granted { token: token()?, fresh: false }),
+        0 => Ok(Acquired::Busy {
+            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+        }),
+        other => Err(Error::unexpected(format!("acquire status {other}"))),
+    }
+}
+
+fn parse_release(reply: &Value) -> Result<Released> {
+    match reply {
+        Value::Nil => Ok(Released::NotOwner),
+        Value::Int(1) => Ok(Released::Freed),
+        Value::Int(0) => Ok(Released::StillHeld),
+        other => Err(Error::unexpected(format!("release answered {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_are_parsed_strictly() {
+        assert_eq!(parse_acquire(1, 5).unwrap(), Acquired::Granted { token: 5, fresh: true });
+        assert_eq!(parse_acquire(2, 5).unwrap(), Acquired::Granted { token: 5, fresh: false });
+        assert_eq!(
+            parse_acquire(0, 1500).unwrap(),
+            Acquired::Busy { ttl: Some(Duration::from_millis(1500)) }
+        );
+        assert_eq!(parse_acquire(0, -1).unwrap(), Acquired::Busy { ttl: None });
+        assert!(parse_acquire(1, -3).is_err());
+        assert!(parse_acquire(9, 0).is_err());
+    }
+
+    #[test]
+    fn release_replies_are_parsed_strictly() {
+        assert_eq!(parse_release(&Value::Nil).unwrap(), Released::NotOwner);
+        assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
+        assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
+        assert!(parse_release(&Value::Int(7)).is_err());
+        assert!(parse_release(&Value::Okay).is_err());
+    }
+
+    #[test]
+    fn handles_and_guards_are_send_sync_static() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<RLock>();
+        check::<LockGuard>();
+    }
+}

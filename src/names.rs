@@ -1,0 +1,118 @@
+//! Object names and the Redis keys and channels derived from them (Redisson 3.x layout).
+
+/// The longest object name accepted, in bytes.
+pub(crate) const MAX_NAME_LEN: usize = 16 * 1024;
+
+/// Checks a user-given object name; the error says what is wrong with it.
+///
+/// A name may carry its own hash tag (`{user:1}:lock`), but one whose braces would put the
+/// derived keys in another cluster slot than the name itself is refused.
+pub(crate) fn validate(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "the name is {} bytes long; at most {MAX_NAME_LEN} are allowed",
+            name.len()
+        ));
+    }
+    match name.find('{') {
+        None if name.contains('}') => Err(format!(
+            "the name `{}` has a `}}` without an opening `{{`",
+            shorten(name)
+        )),
+        None => Ok(()),
+        Some(open) => match name[open + 1..].find('}') {
+            None => Err(format!("the name `{}` has an unclosed `{{`", shorten(name))),
+            Some(0) => Err(format!(
+                "the name `{}` has an empty hash tag `{{}}`",
+                shorten(name)
+            )),
+            Some(_) => Ok(()),
+        },
+    }
+}
+
+fn shorten(name: &str) -> &str {
+    match name.char_indices().nth(64) {
+        Some((cut, _)) => &name[..cut],
+        None => name,
+    }
+}
+
+/// `prefix:{name}`, or `prefix:name` when the name already carries a hash tag.
+pub(crate) fn derived(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The channel an RLock's release is published on.
+pub(crate) fn lock_channel(name: &str) -> String {
+    derived("redisson_lock__channel", name)
+}
+
+/// The fencing counter of a lock name.
+pub(crate) fn token_key(name: &str) -> String {
+    derived("redisson_lock_token", name)
+}
+
+/// The prefix of the short-lived keys that make a resent release idempotent.
+pub(crate) fn unlock_latch_key(name: &str, request_id: &str) -> String {
+    let mut key = derived("redisson_unlock_latch", name);
+    key.push(':');
+    key.push_str(request_id);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_are_wrapped_in_a_hash_tag() {
+        assert_eq!(lock_channel("orders"), "redisson_lock__channel:{orders}");
+        assert_eq!(token_key("orders"), "redisson_lock_token:{orders}");
+        assert_eq!(
+            unlock_latch_key("orders", "r1"),
+            "redisson_unlock_latch:{orders}:r1"
+        );
+    }
+
+    #[test]
+    fn tagged_names_keep_their_own_tag() {
+        assert_eq!(
+            lock_channel("{user:1}:lock"),
+            "redisson_lock__channel:{user:1}:lock"
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_a_reason() {
+        assert!(validate("").unwrap_err().contains("empty"));
+        assert!(
+            validate(&"x".repeat(MAX_NAME_LEN + 1))
+                .unwrap_err()
+                .contains("at most")
+        );
+        assert!(validate("a{b").unwrap_err().contains("unclosed"));
+        assert!(validate("a}b").unwrap_err().contains("without an opening"));
+        assert!(validate("a{}b").unwrap_err().contains("empty hash tag"));
+    }
+
+    #[test]
+    fn good_names_pass() {
+        for name in ["orders", "{user:1}:lock", "a}{b}", "ünïcode", &"x".repeat(MAX_NAME_LEN)] {
+            assert_eq!(validate(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn long_bad_names_are_shortened_in_messages() {
+        let name = format!("{}{{", "y".repeat(1000));
+        assert!(validate(&name).unwrap_err().len() < 200);
+    }
+}

@@ -1,0 +1,344 @@
+//! The pub/sub hub: one subscription connection per client, shared by every waiter.
+//!
+//! Waiters register interest in a channel and get a [`Subscription`]; the first one for a
+//! channel makes the hub SUBSCRIBE, the last one to leave makes it UNSUBSCRIBE. One task owns the
+//! connection, so subscribe and unsubscribe reach Redis in the order they were asked for. A
+//! message `1` wakes every local waiter of its channel, any other message wakes one (rotating).
+//! When the connection drops, the task reconnects, subscribes every channel again and wakes all
+//! waiters, because an unlock may have been missed meanwhile.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::script::capped;
+
+/// The message that wakes every waiter of a channel (Redisson: a read or write unlock).
+const WAKE_ALL: &[u8] = b"1";
+
+/// How long the hub waits between two reconnection attempts while waiters need it.
+const RECONNECT_DELAY: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+#[derive(Debug, Default)]
+struct Channel {
+    waiters: VecDeque<Arc<Waiter>>,
+    /// SUBSCRIBE was sent and is not known to have failed.
+    requested: bool,
+    /// Redis confirmed the subscription on the current connection.
+    confirmed: bool,
+    /// Waiters to tell once the subscription is confirmed (or has failed).
+    pending: Vec<oneshot::Sender<()>>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    notify: Notify,
+    /// A wake-up was handed to this waiter and not yet taken.
+    woken: AtomicBool,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    channels: Mutex<HashMap<String, Channel>>,
+    next_waiter: AtomicU64,
+}
+
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // A panic while holding this lock cannot leave the map half-changed in a way that
+        // matters more than losing every waiter, so the poison flag is ignored.
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_one(channels: &mut HashMap<String, Channel>, name: &str) {
+        if let Some(channel) = channels.get_mut(name)
+            && let Some(waiter) = channel.waiters.pop_front()
+        {
+            waiter.wake();
+            channel.waiters.push_back(waiter);
+        }
+    }
+
+    fn wake_all_of(channel: &Channel) {
+        for waiter in &channel.waiters {
+            waiter.wake();
+        }
+    }
+}
+
+/// The client's pub/sub hub. Dropping it (with every subscription) stops its task.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Hub {
+    /// Starts the hub's task. It connects when the first channel is subscribed.
+    pub(crate) fn start(
+        client: redis::Client,
+        connection_timeout: Duration,
+        response_timeout: Duration,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let shared = Arc::new(Shared::default());
+        let (commands, rx) = mpsc::unbounded_channel();
+        let task = HubTask {
+            shared: shared.clone(),
+            client,
+            connection_timeout,
+            response_timeout,
+            conn: None,
+        };
+        runtime.spawn(task.run(rx));
+        Hub { shared, commands }
+    }
+
+    /// Registers a waiter on `channel` and waits (at most `budget`) until Redis confirms the
+    /// subscription. A subscription that could not be confirmed still works once the hub
+    /// reconnects; meanwhile the waiter relies on its re-check timer.
+    ///
+    /// Cancel safe: dropping the future unregisters the waiter.
+    pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Subscription {
+        let waiter = Arc::new(Waiter {
+            id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
+            notify: Notify::new(),
+            woken: AtomicBool::new(false),
+        });
+        let confirmed = {
+            let mut channels = self.shared.channels();
+            let entry = channels.entry(channel.to_owned()).or_default();
+            entry.waiters.push_back(waiter.clone());
+            if entry.confirmed {
+                None
+            } else {
+                let (tx, rx) = oneshot::channel();
+                entry.pending.push(tx);
+                if !entry.requested {
+                    entry.requested = true;
+                    let _ = self.commands.send(Command::Subscribe(channel.to_owned()));
+                }
+                Some(rx)
+            }
+        };
+        let subscription = Subscription {
+            shared: self.shared.clone(),
+            commands: self.commands.clone(),
+            channel: channel.to_owned(),
+            waiter,
+        };
+        if let Some(rx) = confirmed {
+            let _ = tokio::time::timeout(budget, rx).await;
+        }
+        subscription
+    }
+}
+
+/// A waiter's registration on one channel. Dropping it unregisters the waiter.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    channel: String,
+    waiter: Arc<Waiter>,
+}
+
+impl Subscription {
+    /// Resolves when a message (or a reconnection) wakes this waiter. A wake-up that arrived
+    /// while nobody was listening is kept, so none is missed between two attempts.
+    pub(crate) async fn woken(&self) {
+        self.waiter.notify.notified().await;
+        self.waiter.woken.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        let Some(channel) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        channel.waiters.retain(|w| w.id != self.waiter.id);
+        let empty = channel.waiters.is_empty();
+        if self.waiter.woken.load(Ordering::Acquire) {
+            // This waiter was handed the wake-up of an unlock and leaves without using it:
+            // pass it on, or another local waiter sleeps until its re-check.
+            Shared::wake_one(&mut channels, &self.channel);
+        }
+        if empty {
+            let _ = self.commands.send(Command::Unsubscribe(self.channel.clone()));
+        }
+    }
+}
+
+struct HubTask {
+    shared: Arc<Shared>,
+    client: redis::Client,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    conn: Option<(PubSubSink, PubSubStream)>,
+}
+
+impl HubTask {
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let reconnect_due = self.conn.is_none() && !self.shared.channels().is_empty();
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Command::Subscribe(channel)) => self.subscribe(channel).await,
+                    Some(Command::Unsubscribe(channel)) => self.unsubscribe(channel).await,
+                },
+                message = next_message(&mut self.conn) => match message {
+                    Some(message) => self.dispatch(&message),
+                    None => {
+                        tracing::warn!("pub/sub connection lost; reconnecting");
+                        self.conn = None;
+                        self.reconnect().await;
+                    }
+                },
+                () = tokio::time::sleep(RECONNECT_DELAY), if reconnect_due => self.reconnect().await,
+            }
+        }
+    }
+
+    async fn connect(&mut self) -> bool {
+        if self.conn.is_some() {
+            return true;
+        }
+        let attempt = capped(self.connection_timeout, self.client.get_async_pubsub()).await;
+        match attempt {
+            Ok(pubsub) => {
+                self.conn = Some(pubsub.split());
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the pub/sub connection");
+                false
+            }
+        }
+    }
+
+    async fn subscribe(&mut self, channel: String) {
+        if !self.shared.channels().contains_key(&channel) {
+            return;
+        }
+        let ok = self.connect().await && self.send(Some(&channel), true).await;
+        self.settle(std::slice::from_ref(&channel), ok);
+    }
+
+    async fn unsubscribe(&mut self, channel: String) {
+        {
+            let mut channels = self.shared.channels();
+            match channels.get(&channel) {
+                Some(entry) if entry.waiters.is_empty() => {
+                    channels.remove(&channel);
+                }
+                _ => return,
+            }
+        }
+        if self.conn.is_some() {
+            self.send(Some(&channel), false).await;
+        }
+    }
+
+    /// Sends SUBSCRIBE or UNSUBSCRIBE; `None` subscribes every known channel.
+    async fn send(&mut self, channel: Option<&String>, subscribe: bool) -> bool {
+        let Some((sink, _)) = self.conn.as_mut() else {
+            return false;
+        };
+        let names: Vec<String> = match channel {
+            Some(c) => vec![c.clone()],
+            None => self.shared.channels().keys().cloned().collect(),
+        };
+        if names.is_empty() {
+            return true;
+        }
+        let result = if subscribe {
+            capped(self.response_timeout, sink.subscribe(&names)).await
+        } else {
+            capped(self.response_timeout, sink.unsubscribe(&names)).await
+        };
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, subscribe, "pub/sub request failed; reconnecting");
+                self.conn = None;
+                false
+            }
+        }
+    }
+
+    /// Records the outcome of a SUBSCRIBE and releases the waiters waiting for it.
+    fn settle(&self, names: &[String], ok: bool) {
+        let mut channels = self.shared.channels();
+        for name in names {
+            if let Some(entry) = channels.get_mut(name) {
+                entry.confirmed = ok;
+                entry.requested = ok;
+                for tx in entry.pending.drain(..) {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    }
+
+    async fn reconnect(&mut self) {
+        {
+            let mut channels = self.shared.channels();
+            for entry in channels.values_mut() {
+                entry.confirmed = false;
+            }
+        }
+        if !self.connect().await {
+            return;
+        }
+        let names: Vec<String> = self.shared.channels().keys().cloned().collect();
+        let ok = self.send(None, true).await;
+        self.settle(&names, ok);
+        if ok {
+            // Unlocks published while the connection was down were missed: everybody re-checks.
+            for channel in self.shared.channels().values() {
+                Shared::wake_all_of(channel);
+            }
+        }
+    }
+
+    fn dispatch(&self, message: &redis::Msg) {
+        let name = message.get_channel_name();
+        let mut channels = self.shared.channels();
+        if message.get_payload_bytes() == WAKE_ALL {
+            if let Some(channel) = channels.get(name) {
+                Shared::wake_all_of(channel);
+            }
+        } else {
+            Shared::wake_one(&mut channels, name);
+        }
+    }
+}
+
+async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<redis::Msg> {
+    match conn {
+        Some((_, stream)) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,214 @@
+//! The script executor: every change to lock state is one of the Lua scripts in `lua/`, run by
+//! EVALSHA through the client's connection.
+//!
+//! Scripts are loaded when the client connects, so the first lock costs no SCRIPT LOAD. When
+//! Redis answers NOSCRIPT (a restart, a failover, `SCRIPT FLUSH`), the executor loads the script
+//! and resends once: NOSCRIPT means the script did not run, so the resend cannot act twice.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, ToRedisArgs, Value};
+
+use crate::error::{Error, Result};
+
+/// One Lua script of `lua/`, embedded in the binary.
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    name: &'static str,
+    source: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl LuaScript {
+    const fn new(name: &'static str, source: &'static str) -> Self {
+        LuaScript {
+            name,
+            source,
+            sha: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
+    }
+}
+
+macro_rules! scripts {
+    ($($ident:ident => $file:literal),* $(,)?) => {
+        $(pub(crate) static $ident: LuaScript =
+            LuaScript::new($file, include_str!(concat!("../lua/", $file, ".lua")));)*
+        /// Every script, for loading them all at connect time.
+        pub(crate) static ALL: &[&LuaScript] = &[$(&$ident),*];
+    };
+}
+
+scripts! {
+    LOCK_ACQUIRE => "lock_acquire",
+    LOCK_RELEASE => "lock_release",
+    LOCK_RENEW => "lock_renew",
+    LOCK_REPAIR => "lock_repair",
+    LOCK_FORCE_UNLOCK => "lock_force_unlock",
+    LOCK_INSPECT => "lock_inspect",
+}
+
+/// One invocation of a script: its keys, then its arguments.
+#[derive(Debug)]
+pub(crate) struct ScriptCall {
+    script: &'static LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    pub(crate) fn new(script: &'static LuaScript) -> Self {
+        ScriptCall {
+            script,
+            keys: Vec::with_capacity(3),
+            args: Vec::with_capacity(4),
+        }
+    }
+
+    pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    fn evalsha(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.sha())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+}
+
+/// Runs scripts and commands on the client's command connection, each within a hard time cap.
+#[derive(Clone)]
+pub(crate) struct Executor {
+    conn: ConnectionManager,
+    cap: Duration,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("cap", &self.cap).finish()
+    }
+}
+
+impl Executor {
+    pub(crate) fn new(conn: ConnectionManager, cap: Duration) -> Self {
+        Executor { conn, cap }
+    }
+
+    /// Runs a script; `key` names the object in errors.
+    pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall, key: &str) -> Result<T> {
+        let value = self
+            .run_value(call)
+            .await
+            .map_err(|e| Error::from_redis(e, key))?;
+        T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))
+    }
+
+    async fn run_value(&self, call: &ScriptCall) -> std::result::Result<Value, RedisError> {
+        let cmd = call.evalsha();
+        match self.query(&cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                tracing::debug!(script = call.script.name, "NOSCRIPT: loading and resending");
+                self.load(call.script).await?;
+                self.query(&cmd).await
+            }
+            other => other,
+        }
+    }
+
+    /// Loads every script in one round trip.
+    pub(crate) async fn load_all(&self) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for script in ALL {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
+        }
+        let mut conn = self.conn.clone();
+        let shas: Vec<String> = capped(self.cap, pipe.query_async(&mut conn))
+            .await
+            .map_err(Error::Redis)?;
+        for (script, sha) in ALL.iter().zip(&shas) {
+            if sha != script.sha() {
+                return Err(Error::unexpected(format!(
+                    "SCRIPT LOAD of {} answered {sha}, expected {}",
+                    script.name,
+                    script.sha()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn load(&self, script: &LuaScript) -> std::result::Result<(), RedisError> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(script.source);
+        self.query(&cmd).await.map(drop)
+    }
+
+    async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
+        let mut conn = self.conn.clone();
+        capped(self.cap, cmd.query_async(&mut conn)).await
+    }
+}
+
+/// Bounds a Redis future by `cap`, turning the overrun into an I/O timeout error: the command
+/// may still run on the server, and callers treat the outcome as unknown.
+pub(crate) async fn capped<T>(
+    cap: Duration,
+    fut: impl std::future::Future<Output = std::result::Result<T, RedisError>>,
+) -> std::result::Result<T, RedisError> {
+    match tokio::time::timeout(cap, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply from redis within {cap:?}"),
+        )
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_has_a_contract_header_and_no_client_time() {
+        for script in ALL {
+            assert!(script.source.starts_with("-- "), "{} lacks its header", script.name);
+            assert!(script.source.contains("KEYS[1]"), "{} documents no keys", script.name);
+            assert!(script.source.contains("Repl"), "{} documents no reply", script.name);
+            assert_eq!(script.sha().len(), 40);
+        }
+    }
+
+    #[test]
+    fn evalsha_puts_keys_before_args() {
+        let call = ScriptCall::new(&LOCK_ACQUIRE).key("k1").key("k2").arg("owner").arg(30_000u64);
+        let packed = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
+        let parts: Vec<&str> = packed.split("\r\n").filter(|p| !p.starts_with(['*', '$'])).collect();
+        assert_eq!(parts[..6], ["EVALSHA", LOCK_ACQUIRE.sha(), "2", "k1", "k2", "owner"]);
+        assert_eq!(parts[6], "30000");
+    }
+
+    #[test]
+    fn timeouts_become_io_timeouts() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let err = rt
+            .block_on(capped(Duration::from_millis(1), std::future::pending::<Result<(), RedisError>>()))
+            .unwrap_err();
+        assert!(err.is_timeout());
+    }
+}

@@ -1,0 +1,212 @@
+//! The watchdog: one task per client that keeps every watchdog-held lease alive.
+//!
+//! Each registered lease is renewed every third of the watchdog timeout. Renewals that fall due
+//! together go out together, [`BATCH`] keys per script call. A renewal answered "not yours"
+//! marks the lease lost at once; one that fails is retried until the lease deadline, which marks
+//! it lost. Guards deregister before they send their release, so no renewal is sent for a hold
+//! after the hold's release; a renewal already on the wire is owner-checked by the script and
+//! cannot revive a released lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::lease::Lease;
+use crate::script::{Executor, LOCK_RENEW, ScriptCall};
+
+/// Keys renewed by one script call (Redisson renews 100 per call as well).
+pub(crate) const BATCH: usize = 100;
+
+/// What the watchdog needs to renew one lease.
+#[derive(Debug)]
+pub(crate) struct Renewal {
+    /// The lock key.
+    pub(crate) key: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease: Arc<Lease>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    renewal: Arc<Renewal>,
+    next_due: Instant,
+    in_flight: bool,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    registry: Mutex<Registry>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The client's watchdog. Its task stops when `shutdown` is dropped.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    lease: Duration,
+}
+
+impl Watchdog {
+    pub(crate) fn start(
+        executor: Executor,
+        lease: Duration,
+        shutdown: watch::Receiver<()>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let shared = Arc::new(Shared::default());
+        runtime.spawn(run(shared.clone(), executor, lease, shutdown));
+        Watchdog { shared, lease }
+    }
+
+    /// The lease the watchdog keeps: the client's watchdog timeout.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Starts renewing a lease; returns the id that stops it.
+    pub(crate) fn register(&self, renewal: Renewal) -> u64 {
+        let mut registry = self.shared.registry();
+        let id = registry.next_id;
+        registry.next_id += 1;
+        let was_idle = registry.entries.is_empty();
+        registry.entries.insert(
+            id,
+            Entry {
+                renewal: Arc::new(renewal),
+                next_due: Instant::now() + self.lease / 3,
+                in_flight: false,
+            },
+        );
+        drop(registry);
+        // Leases all have the same length, so a new entry is never due before the ones the task
+        // already sleeps for: only an idle task needs waking.
+        if was_idle {
+            self.shared.wake.notify_one();
+        }
+        id
+    }
+
+    /// Stops renewing; a renewal in flight for it is ignored when it returns.
+    pub(crate) fn deregister(&self, id: u64) {
+        self.shared.registry().entries.remove(&id);
+    }
+}
+
+async fn run(shared: Arc<Shared>, executor: Executor, lease: Duration, mut shutdown: watch::Receiver<()>) {
+    let retry = (lease / 10).max(Duration::from_millis(10));
+    loop {
+        let next = {
+            let registry = shared.registry();
+            registry.entries.values().filter(|e| !e.in_flight).map(|e| e.next_due).min()
+        };
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            () = shared.wake.notified() => continue,
+            () = sleep_until_some(next) => {}
+        }
+        let batch = take_due(&shared, Instant::now() + lease / 6);
+        if batch.is_empty() {
+            continue;
+        }
+        let calls = batch.chunks(BATCH).map(|chunk| renew_chunk(&executor, chunk, lease));
+        let results = futures::future::join_all(calls).await;
+        let mut registry = shared.registry();
+        for (chunk, (sent_at, result)) in batch.chunks(BATCH).zip(results) {
+            for (i, (id, renewal)) in chunk.iter().enumerate() {
+                let Some(entry) = registry.entries.get_mut(id) else {
+                    continue; // released while the renewal was on its way
+                };
+                entry.in_flight = false;
+                match &result {
+                    Ok(renewed) if renewed.get(i) == Some(&1) => {
+                        renewal.lease.renewed(sent_at, lease);
+                        entry.next_due = sent_at + lease / 3;
+                    }
+                    Ok(_) => {
+                        tracing::warn!(lock = %renewal.key, "lease lost: the lock is no longer ours");
+                        renewal.lease.mark_lost();
+                        registry.entries.remove(id);
+                    }
+                    Err(e) if renewal.lease.is_lost() => {
+                        tracing::warn!(lock = %renewal.key, error = %e, "lease lost: renewals failed until its deadline");
+                        registry.entries.remove(id);
+                    }
+                    Err(e) => {
+                        tracing::debug!(lock = %renewal.key, error = %e, "renewal failed; retrying");
+                        entry.next_due = Instant::now() + retry;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Takes every entry due by `horizon` (renewing a little early costs nothing and fills batches).
+/// Leases already lost are dropped instead: their holders were told to stop.
+fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>)> {
+    let mut registry = shared.registry();
+    let mut due = Vec::new();
+    registry.entries.retain(|id, entry| {
+        if entry.renewal.lease.is_lost() {
+            return false;
+        }
+        if !entry.in_flight && entry.next_due <= horizon {
+            entry.in_flight = true;
+            due.push((*id, entry.renewal.clone()));
+        }
+        true
+    });
+    due
+}
+
+async fn renew_chunk(
+    executor: &Executor,
+    chunk: &[(u64, Arc<Renewal>)],
+    lease: Duration,
+) -> (Instant, crate::Result<Vec<i64>>) {
+    let mut call = ScriptCall::new(&LOCK_RENEW);
+    for (_, renewal) in chunk {
+        call = call.key(&*renewal.key);
+    }
+    call = call.arg(lease.as_millis() as u64);
+    for (_, renewal) in chunk {
+        call = call.arg(&*renewal.owner);
+    }
+    let sent_at = Instant::now();
+    let result = executor.run::<Vec<i64>>(&call, &chunk[0].1.key).await;
+    let result = result.and_then(|renewed| {
+        if renewed.len() == chunk.len() {
+            Ok(renewed)
+        } else {
+            Err(crate::Error::unexpected(format!(
+                "renewal of {} leases answered {} results",
+                chunk.len(),
+                renewed.len()
+            )))
+        }
+    });
+    (sent_at, result)
+}
