@@ -1,0 +1,207 @@
+//! Real `redis-server` processes for tests, examples and benches: each on a free loopback port
+//! with its own temporary directory, stopped and removed on drop.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Makes sure `redis-server` is installed: as root with apt-get it installs Debian's package,
+/// otherwise it fails with the command that installs it. It never skips.
+pub fn ensure_redis_server() {
+    static CHECKED: Mutex<bool> = Mutex::new(false);
+    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+    if *checked {
+        return;
+    }
+    if !has("redis-server") {
+        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+        if root && has("apt-get") {
+            eprintln!("redis-server is missing: installing Debian's redis-server package");
+            let apt = |args: &[&str]| {
+                Command::new("apt-get")
+                    .args(["-o", "DPkg::Lock::Timeout=600", "-q", "-y"])
+                    .args(args)
+                    .env("DEBIAN_FRONTEND", "noninteractive")
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false)
+            };
+            let _ = apt(&["update"]);
+            if !apt(&["install", "--no-install-recommends", "redis-server"]) {
+                panic!("installing redis-server failed; run: sudo apt-get install -y redis-server");
+            }
+        } else {
+            panic!(
+                "redis-server is not installed, and these tests need a real one. Install it with \
+                 `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS)."
+            );
+        }
+    }
+    *checked = true;
+}
+
+fn has(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+/// A `redis-server` process of the test's own.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line settings (`["--maxclients", "50"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        ensure_redis_server();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
+            let mut server = RedisServer { child: None, port, dir, extra: extra.clone() };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of 5 ports");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let log = self.dir.join("redis.log");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot run redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.ping() {
+                return true;
+            }
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                eprintln!("redis-server on port {} exited:\n{}", self.port, self.log());
+                self.child = None;
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server on port {} never answered PING; its log:\n{}", self.port, self.log());
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        if stream.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.join("redis.log")) {
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server (SIGKILL); its data is gone.
+    pub fn kill(&mut self) {
+        self.signal("-CONT");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts a new, empty one on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(self.spawn(), "redis-server did not come back on port {}", self.port);
+    }
+
+    /// A raw connection for checks and for playing a foreign (e.g. Java) client.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection to the test server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
