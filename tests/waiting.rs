@@ -1,0 +1,183 @@
+//! Waiting: waiters wake on the unlock message, survive a killed subscription connection, never
+//! hang on a lost message or a key without TTL, and cancelled waits leave nothing locked.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::{RedisServer, builder, client, eventually};
+use tokio::sync::Barrier;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoffs_wake_the_waiter_by_message() {
+    let server = RedisServer::start();
+    // A long lease and re-check interval: a waiter that woke by timer would take seconds.
+    let a = builder(&server).recheck_interval(Duration::from_secs(10)).build().await.unwrap();
+    let b = builder(&server).recheck_interval(Duration::from_secs(10)).build().await.unwrap();
+    let holder = a.get_lock("relay");
+    let waiter = b.get_lock("relay");
+    let mut latencies = Vec::new();
+    for _ in 0..20 {
+        let guard = holder.lock().await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let waiter = waiter.clone();
+        let task = tokio::spawn(async move {
+            let _ = tx.send(());
+            let g = waiter.lock().await.unwrap();
+            let woke = Instant::now();
+            g.unlock().await.unwrap();
+            woke
+        });
+        rx.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await; // the waiter is subscribed and asleep
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+        latencies.push(woke - released);
+    }
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    eprintln!("handoff latency: median {median:?}, max {:?}", latencies.last().unwrap());
+    assert!(median < Duration::from_millis(20), "median handoff {median:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
+    let server = RedisServer::start();
+    let client = builder(&server).recheck_interval(Duration::from_secs(30)).build().await.unwrap();
+    let holder = client.get_lock("resubscribe");
+    let guard = holder.lock().await.unwrap();
+    let waiter = client.get_lock("resubscribe");
+    let task = tokio::spawn(async move { waiter.lock().await.unwrap().unlock().await });
+    let mut raw = server.raw().await;
+    // Wait until the waiter is subscribed, then cut its connection.
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{resubscribe}")
+                .query_async(&mut server.raw().await).await.unwrap();
+            n[0].1 == 1
+        })
+        .await
+    );
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut raw).await.unwrap();
+    assert_eq!(killed, 1);
+    // The hub reconnects and subscribes again.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{resubscribe}")
+                .query_async(&mut server.raw().await).await.unwrap();
+            n[0].1 == 1
+        })
+        .await,
+        "the hub did not subscribe again"
+    );
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), task).await.expect("woken after resubscribing").unwrap().unwrap();
+    assert!(released.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_message_or_a_key_without_ttl_never_hangs_a_waiter() {
+    let server = RedisServer::start();
+    let client = builder(&server).recheck_interval(Duration::from_millis(300)).build().await.unwrap();
+    let mut raw = server.raw().await;
+    // A foreign holder without TTL that goes away without publishing anything.
+    let _: () = raw.hset("silent", "someone-else:1", 1).await.unwrap();
+    let lock = client.get_lock("silent");
+    let task = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        guard.unlock().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished(), "the waiter took a lock that was held");
+    let _: () = raw.del("silent").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), task).await.expect("re-check found the lock free").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_lock_calls_leave_nothing_locked() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client.get_lock("cancel");
+    let lock = client.get_lock("cancel");
+    // Uncontended: cancel at every point of an acquire, from before sending to after the grant.
+    for i in 0..200u64 {
+        let budget = Duration::from_micros(i * 7);
+        let _ = tokio::time::timeout(budget, lock.lock()).await;
+    }
+    assert!(eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await);
+    // Contended: waiters cancelled while waiting, and right around the handoff.
+    let guard = holder.lock().await.unwrap();
+    for _ in 0..20 {
+        assert!(tokio::time::timeout(Duration::from_millis(5), lock.lock()).await.is_err());
+    }
+    let waiters: Vec<_> = (0..10)
+        .map(|i| {
+            let lock = client.get_lock("cancel");
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_millis(40 + i), lock.lock()).await;
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(45)).await;
+    guard.unlock().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await,
+        "a cancelled waiter left a hold behind"
+    );
+    // And the lock still works for everybody.
+    let g = lock.try_lock().await.unwrap().expect("usable after the cancellations");
+    g.unlock().await.unwrap();
+    let h = holder.try_lock().await.unwrap().expect("usable after the cancellations");
+    h.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_reentrant_acquire_keeps_the_count_right() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("cancel-reentrant");
+    let outer = lock.lock().await.unwrap();
+    for i in 0..100u64 {
+        let _ = tokio::time::timeout(Duration::from_micros(i * 11), lock.lock()).await;
+    }
+    assert!(eventually(Duration::from_secs(3), || async { lock.hold_count().await.unwrap() == 1 }).await);
+    outer.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_local_waiter_gets_the_lock_in_turn() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let barrier = Arc::new(Barrier::new(9));
+    let holder = client.get_lock("turns");
+    let guard = holder.lock().await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = client.get_lock("turns");
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.unlock().await.unwrap();
+            })
+        })
+        .collect();
+    barrier.wait().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    guard.unlock().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t).await.unwrap().unwrap();
+    }
+    // Eight 5 ms holds handed over by messages; waking by the 5 s re-check would take far longer.
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
