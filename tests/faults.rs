@@ -1,0 +1,186 @@
+//! Faults: a flushed script cache, a restarted, paused or dead server, and unknown outcomes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::{RedisServer, builder, client, eventually};
+
+async fn stat(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(raw).await.unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noscript_after_script_flush_loads_and_resends() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("flushed");
+    let guard = lock.lock().await.unwrap();
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+
+    guard.unlock().await.expect("release after SCRIPT FLUSH");
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(stat(&mut raw, "script|load").await, 2, "release and inspect each reloaded once");
+    let again = lock.lock().await.unwrap();
+    again.unlock().await.unwrap();
+    assert_eq!(stat(&mut raw, "script|load").await, 3, "acquire reloaded once, release was cached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_loses_the_lease_and_then_works_again() {
+    let mut server = RedisServer::start();
+    let client = builder(&server).watchdog_timeout(Duration::from_millis(600)).build().await.unwrap();
+    let lock = client.get_lock("restarted");
+    let guard = lock.lock().await.unwrap();
+    server.restart(); // a server without persistence comes back empty
+    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await.expect("the renewal finds the lock gone");
+    assert!(matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { .. })));
+    let again = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match lock.lock().await {
+                Ok(g) => break g,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("works again after the restart");
+    assert!(!again.is_lost());
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_goes_on_across_a_restart_mid_use() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let worker = {
+        let lock = client.get_lock("busy");
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until {
+                match lock.try_lock_for(Duration::from_millis(100), None).await {
+                    Ok(Some(g)) => match g.unlock().await {
+                        Ok(()) => ok += 1,
+                        Err(_) => failed += 1,
+                    },
+                    Ok(None) => {}
+                    Err(_) => {
+                        failed += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            (ok, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.restart();
+    let (ok, failed) = worker.await.unwrap();
+    eprintln!("{ok} cycles, {failed} failed calls across the restart");
+    assert!(ok > 20, "only {ok} cycles");
+    let lock = client.get_lock("busy");
+    assert!(eventually(Duration::from_secs(2), || async { !lock.is_locked().await.unwrap_or(true) }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_is_an_error_within_the_timeouts_never_a_hang() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let client = client(&server).await;
+    let lock = client.get_lock("dead");
+    let held = client.get_lock("dead-held").lock().await.unwrap();
+    server.kill();
+
+    let started = Instant::now();
+    let err = lock.lock().await.expect_err("no server, no lock");
+    assert!(matches!(err, ferrisson::Error::Redis(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    let started = Instant::now();
+    assert!(lock.is_locked().await.is_err());
+    assert!(held.unlock().await.is_err());
+    assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let err = ferrisson::Client::builder()
+        .url(url)
+        .connection_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect_err("nothing listens there");
+    assert!(matches!(err, ferrisson::Error::Redis(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_is_a_timeout_and_the_late_grant_is_repaired() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("late");
+
+    // No hold yet: the acquire times out, runs once the server thaws, and the repair sent
+    // behind it removes the stray hold.
+    server.pause();
+    let started = Instant::now();
+    let err = lock.try_lock().await.expect_err("a paused server answers nothing");
+    assert!(matches!(&err, ferrisson::Error::Redis(e) if e.is_timeout()), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    server.resume();
+    assert!(eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await);
+
+    // One hold: a timed-out reentrant acquire must not leave a second one.
+    let guard = lock.lock().await.unwrap();
+    server.pause();
+    assert!(lock.lock().await.is_err());
+    server.resume();
+    assert!(eventually(Duration::from_secs(3), || async { lock.hold_count().await.unwrap() == 1 }).await);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_release_is_answered_from_its_latch() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("latched");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let mut raw = server.raw().await;
+    let owner: String = raw.hkeys::<_, Vec<String>>("latched").await.unwrap().remove(0);
+
+    // The release script as the library sends it; the same request id twice, as a resend after
+    // a lost reply would.
+    let release = redis::Script::new(include_str!("../lua/lock_release.lua"));
+    let send = || {
+        let mut inv = release.prepare_invoke();
+        inv.key("latched")
+            .key("redisson_lock__channel:{latched}")
+            .key("redisson_unlock_latch:{latched}:req-1")
+            .arg(&owner)
+            .arg(30_000)
+            .arg(5_000)
+            .arg("0");
+        inv
+    };
+    let first: i64 = send().invoke_async(&mut raw).await.unwrap();
+    let resent: i64 = send().invoke_async(&mut raw).await.unwrap();
+    assert_eq!((first, resent), (0, 0));
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "the resend released a second hold");
+    let latch_ttl: i64 = raw.pttl("redisson_unlock_latch:{latched}:req-1").await.unwrap();
+    assert!(latch_ttl > 0 && latch_ttl <= 5_000, "the latch is short-lived: {latch_ttl}");
+
+    // The library's own releases: one of our two guards is now stale, the other releases.
+    std::mem::forget(inner);
+    outer.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
