@@ -150,7 +150,12 @@ impl Client {
             config.response_timeout,
             &runtime,
         );
-        let watchdog = Watchdog::start(executor.clone(), config.watchdog_timeout, shutdown_rx, &runtime);
+        let watchdog = Watchdog::start(
+            executor.clone(),
+            config.watchdog_timeout,
+            shutdown_rx,
+            &runtime,
+        );
         Ok(Client {
             inner: Arc::new(ClientInner {
                 owners: Owners::new(Uuid::new_v4()),

@@ -125,9 +125,9 @@ impl ClientBuilder {
     }
 
     pub(crate) fn check(self) -> Result<Config> {
-        let url = self
-            .url
-            .ok_or_else(|| Error::Config("no URL given: call .url(\"redis://host:port\")".into()))?;
+        let url = self.url.ok_or_else(|| {
+            Error::Config("no URL given: call .url(\"redis://host:port\")".into())
+        })?;
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::Config(format!(
                 "watchdog_timeout must be at least 30 ms, got {:?}",
@@ -176,11 +176,26 @@ mod tests {
 
     #[test]
     fn zero_and_tiny_durations_are_refused() {
-        assert!(matches!(builder().watchdog_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
-        assert!(matches!(builder().watchdog_timeout(Duration::from_millis(5)).check(), Err(Error::Config(_))));
-        assert!(matches!(builder().response_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
-        assert!(matches!(builder().connection_timeout(Duration::ZERO).check(), Err(Error::Config(_))));
-        assert!(matches!(builder().recheck_interval(Duration::ZERO).check(), Err(Error::Config(_))));
+        assert!(matches!(
+            builder().watchdog_timeout(Duration::ZERO).check(),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            builder().watchdog_timeout(Duration::from_millis(5)).check(),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            builder().response_timeout(Duration::ZERO).check(),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            builder().connection_timeout(Duration::ZERO).check(),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            builder().recheck_interval(Duration::ZERO).check(),
+            Err(Error::Config(_))
+        ));
     }
 
     #[test]

@@ -60,12 +60,16 @@ impl Lease {
     }
 
     fn offset_us(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.base).as_micros().min(u64::MAX as u128) as u64
+        at.saturating_duration_since(self.base)
+            .as_micros()
+            .min(u64::MAX as u128) as u64
     }
 
     /// A reentrant grant sent at `sent_at` set the TTL to `lease_ms`, possibly shorter.
     pub(crate) fn extended(&self, sent_at: Instant, lease_ms: u64) {
-        let until = self.offset_us(sent_at).saturating_add(lease_ms.saturating_mul(1000));
+        let until = self
+            .offset_us(sent_at)
+            .saturating_add(lease_ms.saturating_mul(1000));
         self.deadline_us.store(until, Ordering::Release);
         self.lease_ms.store(lease_ms, Ordering::Relaxed);
     }
@@ -124,7 +128,9 @@ mod tests {
         let lease = Lease::new(7, Instant::now(), 30);
         assert!(!lease.is_lost());
         assert_eq!(lease.token(), 7);
-        tokio::time::timeout(Duration::from_secs(2), lease.lost()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), lease.lost())
+            .await
+            .unwrap();
         assert!(lease.is_lost());
         lease.renewed(Instant::now(), Duration::from_secs(10));
         assert!(lease.is_lost(), "lost is sticky");
@@ -157,6 +163,9 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         lease.mark_lost();
-        tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

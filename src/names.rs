@@ -105,7 +105,13 @@ mod tests {
 
     #[test]
     fn good_names_pass() {
-        for name in ["orders", "{user:1}:lock", "a}{b}", "ünïcode", &"x".repeat(MAX_NAME_LEN)] {
+        for name in [
+            "orders",
+            "{user:1}:lock",
+            "a}{b}",
+            "ünïcode",
+            &"x".repeat(MAX_NAME_LEN),
+        ] {
             assert_eq!(validate(name), Ok(()), "{name}");
         }
     }

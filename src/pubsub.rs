@@ -185,7 +185,9 @@ impl Drop for Subscription {
             Shared::wake_one(&mut channels, &self.channel);
         }
         if empty {
-            let _ = self.commands.send(Command::Unsubscribe(self.channel.clone()));
+            let _ = self
+                .commands
+                .send(Command::Unsubscribe(self.channel.clone()));
         }
     }
 }

@@ -115,7 +115,8 @@ impl Executor {
             .run_value(call)
             .await
             .map_err(|e| Error::from_redis(e, key))?;
-        T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))
+        T::from_redis_value(value)
+            .map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))
     }
 
     async fn run_value(&self, call: &ScriptCall) -> std::result::Result<Value, RedisError> {
@@ -187,27 +188,55 @@ mod tests {
     #[test]
     fn every_script_has_a_contract_header_and_no_client_time() {
         for script in ALL {
-            assert!(script.source.starts_with("-- "), "{} lacks its header", script.name);
-            assert!(script.source.contains("KEYS[1]"), "{} documents no keys", script.name);
-            assert!(script.source.contains("Repl"), "{} documents no reply", script.name);
+            assert!(
+                script.source.starts_with("-- "),
+                "{} lacks its header",
+                script.name
+            );
+            assert!(
+                script.source.contains("KEYS[1]"),
+                "{} documents no keys",
+                script.name
+            );
+            assert!(
+                script.source.contains("Repl"),
+                "{} documents no reply",
+                script.name
+            );
             assert_eq!(script.sha().len(), 40);
         }
     }
 
     #[test]
     fn evalsha_puts_keys_before_args() {
-        let call = ScriptCall::new(&LOCK_ACQUIRE).key("k1").key("k2").arg("owner").arg(30_000u64);
+        let call = ScriptCall::new(&LOCK_ACQUIRE)
+            .key("k1")
+            .key("k2")
+            .arg("owner")
+            .arg(30_000u64);
         let packed = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
-        let parts: Vec<&str> = packed.split("\r\n").filter(|p| !p.starts_with(['*', '$'])).collect();
-        assert_eq!(parts[..6], ["EVALSHA", LOCK_ACQUIRE.sha(), "2", "k1", "k2", "owner"]);
+        let parts: Vec<&str> = packed
+            .split("\r\n")
+            .filter(|p| !p.starts_with(['*', '$']))
+            .collect();
+        assert_eq!(
+            parts[..6],
+            ["EVALSHA", LOCK_ACQUIRE.sha(), "2", "k1", "k2", "owner"]
+        );
         assert_eq!(parts[6], "30000");
     }
 
     #[test]
     fn timeouts_become_io_timeouts() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let err = rt
-            .block_on(capped(Duration::from_millis(1), std::future::pending::<Result<(), RedisError>>()))
+            .block_on(capped(
+                Duration::from_millis(1),
+                std::future::pending::<Result<(), RedisError>>(),
+            ))
             .unwrap_err();
         assert!(err.is_timeout());
     }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::lease::Lease;
@@ -45,7 +45,6 @@ struct Registry {
 #[derive(Debug, Default)]
 struct Shared {
     registry: Mutex<Registry>,
-    wake: Notify,
 }
 
 impl Shared {
@@ -83,7 +82,6 @@ impl Watchdog {
         let mut registry = self.shared.registry();
         let id = registry.next_id;
         registry.next_id += 1;
-        let was_idle = registry.entries.is_empty();
         registry.entries.insert(
             id,
             Entry {
@@ -92,12 +90,6 @@ impl Watchdog {
                 in_flight: false,
             },
         );
-        drop(registry);
-        // Leases all have the same length, so a new entry is never due before the ones the task
-        // already sleeps for: only an idle task needs waking.
-        if was_idle {
-            self.shared.wake.notify_one();
-        }
         id
     }
 
@@ -107,24 +99,40 @@ impl Watchdog {
     }
 }
 
-async fn run(shared: Arc<Shared>, executor: Executor, lease: Duration, mut shutdown: watch::Receiver<()>) {
+async fn run(
+    shared: Arc<Shared>,
+    executor: Executor,
+    lease: Duration,
+    mut shutdown: watch::Receiver<()>,
+) {
     let retry = (lease / 10).max(Duration::from_millis(10));
     loop {
         let next = {
             let registry = shared.registry();
-            registry.entries.values().filter(|e| !e.in_flight).map(|e| e.next_due).min()
+            registry
+                .entries
+                .values()
+                .filter(|e| !e.in_flight)
+                .map(|e| e.next_due)
+                .min()
         };
+        // An entry registered at t is first due at t + lease/3. The task never sleeps longer
+        // than lease/3 from when it fell asleep, so it is up in time for every new entry without
+        // being woken: registering a lease costs the fast path no wake-up of this task.
+        let idle_until = Instant::now() + lease / 3;
+        let until = next.map_or(idle_until, |due| due.min(idle_until));
         tokio::select! {
             biased;
             _ = shutdown.changed() => return,
-            () = shared.wake.notified() => continue,
-            () = sleep_until_some(next) => {}
+            () = tokio::time::sleep_until(until) => {}
         }
         let batch = take_due(&shared, Instant::now() + lease / 6);
         if batch.is_empty() {
             continue;
         }
-        let calls = batch.chunks(BATCH).map(|chunk| renew_chunk(&executor, chunk, lease));
+        let calls = batch
+            .chunks(BATCH)
+            .map(|chunk| renew_chunk(&executor, chunk, lease));
         let results = futures::future::join_all(calls).await;
         let mut registry = shared.registry();
         for (chunk, (sent_at, result)) in batch.chunks(BATCH).zip(results) {
@@ -154,13 +162,6 @@ async fn run(shared: Arc<Shared>, executor: Executor, lease: Duration, mut shutd
                 }
             }
         }
-    }
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

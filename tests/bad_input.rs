@@ -9,7 +9,10 @@ use redis::AsyncCommands;
 use support::{RedisServer, client};
 
 async fn dbsize(server: &RedisServer) -> i64 {
-    redis::cmd("DBSIZE").query_async(&mut server.raw().await).await.unwrap()
+    redis::cmd("DBSIZE")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,23 +20,58 @@ async fn malformed_names_are_refused_by_every_operation() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let too_long = "n".repeat(16 * 1024 + 1);
-    for name in ["", too_long.as_str(), "open{brace", "close}brace", "empty{}tag"] {
+    for name in [
+        "",
+        too_long.as_str(),
+        "open{brace",
+        "close}brace",
+        "empty{}tag",
+    ] {
         let lock = client.get_lock(name);
         let shown = &name[..name.len().min(20)];
-        assert!(matches!(lock.lock().await, Err(Error::InvalidArgument(_))), "lock({shown})");
-        assert!(matches!(lock.try_lock().await, Err(Error::InvalidArgument(_))), "try_lock({shown})");
+        assert!(
+            matches!(lock.lock().await, Err(Error::InvalidArgument(_))),
+            "lock({shown})"
+        );
+        assert!(
+            matches!(lock.try_lock().await, Err(Error::InvalidArgument(_))),
+            "try_lock({shown})"
+        );
         assert!(matches!(
             lock.try_lock_for(Duration::from_millis(10), None).await,
             Err(Error::InvalidArgument(_))
         ));
-        assert!(matches!(lock.lock_with_lease(Duration::from_secs(1)).await, Err(Error::InvalidArgument(_))));
-        assert!(matches!(lock.is_locked().await, Err(Error::InvalidArgument(_))));
-        assert!(matches!(lock.is_held().await, Err(Error::InvalidArgument(_))));
-        assert!(matches!(lock.hold_count().await, Err(Error::InvalidArgument(_))));
-        assert!(matches!(lock.remaining_ttl().await, Err(Error::InvalidArgument(_))));
-        assert!(matches!(lock.force_unlock().await, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            lock.lock_with_lease(Duration::from_secs(1)).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.is_locked().await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.is_held().await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.hold_count().await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.remaining_ttl().await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.force_unlock().await,
+            Err(Error::InvalidArgument(_))
+        ));
     }
-    let message = client.get_lock("").try_lock().await.unwrap_err().to_string();
+    let message = client
+        .get_lock("")
+        .try_lock()
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(message.contains("empty"), "{message}");
     assert_eq!(dbsize(&server).await, 0, "a refused call wrote something");
 }
@@ -44,25 +82,45 @@ async fn zero_leases_are_refused_and_zero_waits_mean_one_attempt() {
     let client = client(&server).await;
     let lock = client.get_lock("durations");
     for lease in [Duration::ZERO, Duration::from_micros(500)] {
-        assert!(matches!(lock.lock_with_lease(lease).await, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            lock.lock_with_lease(lease).await,
+            Err(Error::InvalidArgument(_))
+        ));
         assert!(matches!(
             lock.try_lock_for(Duration::from_secs(1), Some(lease)).await,
             Err(Error::InvalidArgument(_))
         ));
     }
-    assert!(matches!(lock.lock_with_lease(Duration::MAX).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        lock.lock_with_lease(Duration::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!(dbsize(&server).await, 0);
 
-    let guard = lock.try_lock_for(Duration::ZERO, None).await.unwrap().expect("free: one attempt wins");
+    let guard = lock
+        .try_lock_for(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free: one attempt wins");
     let other = client.get_lock("durations");
     let started = std::time::Instant::now();
-    assert!(other.try_lock_for(Duration::ZERO, None).await.unwrap().is_none());
+    assert!(
+        other
+            .try_lock_for(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(started.elapsed() < Duration::from_millis(500));
     // A wait too long for the clock waits like lock() does.
     let waiter = tokio::spawn(async move { other.try_lock_for(Duration::MAX, None).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     guard.unlock().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     got.expect("granted").unlock().await.unwrap();
 }
 
@@ -78,7 +136,12 @@ async fn a_key_of_another_type_is_wrong_type_and_stays_untouched() {
         let wrong = |r: &Error| matches!(r, Error::WrongType { key: k } if k == key);
         assert!(wrong(&lock.lock().await.unwrap_err()), "lock on {key}");
         assert!(wrong(&lock.try_lock().await.unwrap_err()));
-        assert!(wrong(&lock.lock_with_lease(Duration::from_secs(1)).await.unwrap_err()));
+        assert!(wrong(
+            &lock
+                .lock_with_lease(Duration::from_secs(1))
+                .await
+                .unwrap_err()
+        ));
         assert!(wrong(&lock.is_locked().await.unwrap_err()));
         assert!(wrong(&lock.hold_count().await.unwrap_err()));
         assert!(wrong(&lock.remaining_ttl().await.unwrap_err()));
@@ -93,9 +156,15 @@ async fn a_key_of_another_type_is_wrong_type_and_stays_untouched() {
     assert!(!tokens, "no token was handed out for a refused grant");
 
     // A fencing counter that is not a counter: refused before the lock is written.
-    let _: () = raw.hset("redisson_lock_token:{bad-counter}", "f", 1).await.unwrap();
+    let _: () = raw
+        .hset("redisson_lock_token:{bad-counter}", "f", 1)
+        .await
+        .unwrap();
     let err = client.get_lock("bad-counter").lock().await.unwrap_err();
-    assert!(matches!(&err, Error::WrongType { key } if key == "redisson_lock_token:{bad-counter}"), "{err:?}");
+    assert!(
+        matches!(&err, Error::WrongType { key } if key == "redisson_lock_token:{bad-counter}"),
+        "{err:?}"
+    );
     let exists: bool = raw.exists("bad-counter").await.unwrap();
     assert!(!exists);
 }
@@ -132,6 +201,10 @@ async fn bad_client_settings_are_config_errors() {
 
 #[test]
 fn a_client_outside_a_tokio_runtime_is_a_config_error() {
-    let err = futures::executor::block_on(ferrisson::Client::connect("redis://127.0.0.1/")).unwrap_err();
-    assert!(matches!(&err, Error::Config(m) if m.contains("Tokio")), "{err:?}");
+    let err =
+        futures::executor::block_on(ferrisson::Client::connect("redis://127.0.0.1/")).unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("Tokio")),
+        "{err:?}"
+    );
 }

@@ -8,7 +8,11 @@ use redis::AsyncCommands;
 use support::{RedisServer, builder, client, eventually};
 
 async fn stat(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(raw).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
     let prefix = format!("cmdstat_{command}:");
     info.lines()
         .find(|l| l.starts_with(&prefix))
@@ -25,26 +29,51 @@ async fn noscript_after_script_flush_loads_and_resends() {
     let lock = client.get_lock("flushed");
     let guard = lock.lock().await.unwrap();
     let mut raw = server.raw().await;
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.unwrap();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
 
     guard.unlock().await.expect("release after SCRIPT FLUSH");
     assert!(!lock.is_locked().await.unwrap());
-    assert_eq!(stat(&mut raw, "script|load").await, 2, "release and inspect each reloaded once");
+    assert_eq!(
+        stat(&mut raw, "script|load").await,
+        2,
+        "release and inspect each reloaded once"
+    );
     let again = lock.lock().await.unwrap();
     again.unlock().await.unwrap();
-    assert_eq!(stat(&mut raw, "script|load").await, 3, "acquire reloaded once, release was cached");
+    assert_eq!(
+        stat(&mut raw, "script|load").await,
+        3,
+        "acquire reloaded once, release was cached"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_loses_the_lease_and_then_works_again() {
     let mut server = RedisServer::start();
-    let client = builder(&server).watchdog_timeout(Duration::from_millis(600)).build().await.unwrap();
+    let client = builder(&server)
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
     let lock = client.get_lock("restarted");
     let guard = lock.lock().await.unwrap();
     server.restart(); // a server without persistence comes back empty
-    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await.expect("the renewal finds the lock gone");
-    assert!(matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { .. })));
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the renewal finds the lock gone");
+    assert!(matches!(
+        guard.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
     let again = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             match lock.lock().await {
@@ -90,7 +119,12 @@ async fn work_goes_on_across_a_restart_mid_use() {
     eprintln!("{ok} cycles, {failed} failed calls across the restart");
     assert!(ok > 20, "only {ok} cycles");
     let lock = client.get_lock("busy");
-    assert!(eventually(Duration::from_secs(2), || async { !lock.is_locked().await.unwrap_or(true) }).await);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !lock.is_locked().await.unwrap_or(true)
+        })
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,11 +139,19 @@ async fn a_dead_server_is_an_error_within_the_timeouts_never_a_hang() {
     let started = Instant::now();
     let err = lock.lock().await.expect_err("no server, no lock");
     assert!(matches!(err, ferrisson::Error::Redis(_)), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        started.elapsed()
+    );
     let started = Instant::now();
     assert!(lock.is_locked().await.is_err());
     assert!(held.unlock().await.is_err());
-    assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
 
     let started = Instant::now();
     let err = ferrisson::Client::builder()
@@ -132,18 +174,34 @@ async fn a_paused_server_is_a_timeout_and_the_late_grant_is_repaired() {
     // behind it removes the stray hold.
     server.pause();
     let started = Instant::now();
-    let err = lock.try_lock().await.expect_err("a paused server answers nothing");
-    assert!(matches!(&err, ferrisson::Error::Redis(e) if e.is_timeout()), "{err:?}");
+    let err = lock
+        .try_lock()
+        .await
+        .expect_err("a paused server answers nothing");
+    assert!(
+        matches!(&err, ferrisson::Error::Redis(e) if e.is_timeout()),
+        "{err:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     server.resume();
-    assert!(eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await
+    );
 
     // One hold: a timed-out reentrant acquire must not leave a second one.
     let guard = lock.lock().await.unwrap();
     server.pause();
     assert!(lock.lock().await.is_err());
     server.resume();
-    assert!(eventually(Duration::from_secs(3), || async { lock.hold_count().await.unwrap() == 1 }).await);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            lock.hold_count().await.unwrap() == 1
+        })
+        .await
+    );
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
@@ -156,7 +214,11 @@ async fn a_resent_release_is_answered_from_its_latch() {
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
     let mut raw = server.raw().await;
-    let owner: String = raw.hkeys::<_, Vec<String>>("latched").await.unwrap().remove(0);
+    let owner: String = raw
+        .hkeys::<_, Vec<String>>("latched")
+        .await
+        .unwrap()
+        .remove(0);
 
     // The release script as the library sends it; the same request id twice, as a resend after
     // a lost reply would.
@@ -175,9 +237,19 @@ async fn a_resent_release_is_answered_from_its_latch() {
     let first: i64 = send().invoke_async(&mut raw).await.unwrap();
     let resent: i64 = send().invoke_async(&mut raw).await.unwrap();
     assert_eq!((first, resent), (0, 0));
-    assert_eq!(lock.hold_count().await.unwrap(), 1, "the resend released a second hold");
-    let latch_ttl: i64 = raw.pttl("redisson_unlock_latch:{latched}:req-1").await.unwrap();
-    assert!(latch_ttl > 0 && latch_ttl <= 5_000, "the latch is short-lived: {latch_ttl}");
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the resend released a second hold"
+    );
+    let latch_ttl: i64 = raw
+        .pttl("redisson_unlock_latch:{latched}:req-1")
+        .await
+        .unwrap();
+    assert!(
+        latch_ttl > 0 && latch_ttl <= 5_000,
+        "the latch is short-lived: {latch_ttl}"
+    );
 
     // The library's own releases: one of our two guards is now stale, the other releases.
     std::mem::forget(inner);

@@ -18,14 +18,21 @@ async fn a_held_lock_is_a_hash_of_owner_to_count_with_the_lease_as_ttl() {
     let again = lock.lock_with_lease(Duration::from_secs(25)).await.unwrap();
 
     let mut raw = server.raw().await;
-    let kind: String = redis::cmd("TYPE").arg("layout").query_async(&mut raw).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("layout")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(kind, "hash");
     let fields: Vec<(String, i64)> = raw.hgetall("layout").await.unwrap();
     assert_eq!(fields.len(), 1);
     let (owner, count) = &fields[0];
     let (uuid, n) = owner.rsplit_once(':').expect("owner is <uuid>:<n>");
     assert_eq!(uuid, client.id().to_string());
-    assert!(n.parse::<u64>().is_ok(), "owner suffix is a number: {owner}");
+    assert!(
+        n.parse::<u64>().is_ok(),
+        "owner suffix is a number: {owner}"
+    );
     assert_eq!(*count, 2);
     let pttl: i64 = raw.pttl("layout").await.unwrap();
     assert!(pttl > 23_000 && pttl <= 25_000, "pttl {pttl}");
@@ -46,7 +53,10 @@ async fn release_publishes_zero_on_the_redisson_channel() {
     let client = client(&server).await;
     let pubsub_client = redis::Client::open(server.url()).unwrap();
     let mut pubsub = pubsub_client.get_async_pubsub().await.unwrap();
-    pubsub.subscribe("redisson_lock__channel:{chan}").await.unwrap();
+    pubsub
+        .subscribe("redisson_lock__channel:{chan}")
+        .await
+        .unwrap();
 
     let guard = client.get_lock("chan").lock().await.unwrap();
     guard.unlock().await.unwrap();
@@ -80,7 +90,10 @@ async fn a_foreign_holder_blocks_us_and_its_unlock_message_wakes_us() {
     let _: () = raw.pexpire("shared", 60_000).await.unwrap();
 
     let lock = client.get_lock("shared");
-    assert!(lock.try_lock().await.unwrap().is_none(), "the Java holder blocks us");
+    assert!(
+        lock.try_lock().await.unwrap().is_none(),
+        "the Java holder blocks us"
+    );
     assert!(lock.is_locked().await.unwrap());
     assert!(!lock.is_held().await.unwrap());
 
@@ -96,9 +109,18 @@ async fn a_foreign_holder_blocks_us_and_its_unlock_message_wakes_us() {
 
     // Redisson's unlock: delete the hash, publish 0 on the lock's channel.
     let _: () = raw.del("shared").await.unwrap();
-    let receivers: i64 = raw.publish("redisson_lock__channel:{shared}", "0").await.unwrap();
-    assert_eq!(receivers, 1, "our client is subscribed on Redisson's channel");
-    let waited = tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+    let receivers: i64 = raw
+        .publish("redisson_lock__channel:{shared}", "0")
+        .await
+        .unwrap();
+    assert_eq!(
+        receivers, 1,
+        "our client is subscribed on Redisson's channel"
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     // The holder's TTL was a minute and the re-check interval 5 s: only the message explains it.
     assert!(waited < Duration::from_secs(2), "woke after {waited:?}");
 }
@@ -111,7 +133,10 @@ async fn a_foreign_holder_sees_our_hold_as_taken() {
     let mut raw = server.raw().await;
     // Redisson's acquire test: the key exists and our field is not theirs.
     let exists: bool = raw.exists("ours").await.unwrap();
-    let theirs: bool = raw.hexists("ours", "9b2c7a63-2f7e-4f0b-9a55-5f3c0e6b1d11:1").await.unwrap();
+    let theirs: bool = raw
+        .hexists("ours", "9b2c7a63-2f7e-4f0b-9a55-5f3c0e6b1d11:1")
+        .await
+        .unwrap();
     assert!(exists && !theirs);
     guard.unlock().await.unwrap();
 }

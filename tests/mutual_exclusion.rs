@@ -28,7 +28,11 @@ async fn contenders_never_overlap_and_tokens_strictly_increase() {
                     let guard = match round % 3 {
                         0 => lock.lock().await.unwrap(),
                         1 => loop {
-                            if let Some(g) = lock.try_lock_for(Duration::from_millis(50), None).await.unwrap() {
+                            if let Some(g) = lock
+                                .try_lock_for(Duration::from_millis(50), None)
+                                .await
+                                .unwrap()
+                            {
                                 break g;
                             }
                         },
@@ -45,8 +49,14 @@ async fn contenders_never_overlap_and_tokens_strictly_increase() {
         }
     }
     for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task).await.expect("no contender starves").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("no contender starves")
+            .unwrap();
     }
     let holds = checker.verify();
-    assert_eq!(holds.len(), CLIENTS * HANDLES_PER_CLIENT * ROUNDS_PER_HANDLE);
+    assert_eq!(
+        holds.len(),
+        CLIENTS * HANDLES_PER_CLIENT * ROUNDS_PER_HANDLE
+    );
 }

@@ -16,14 +16,25 @@ async fn reentrant_holds_are_counted_and_released_one_by_one() {
 
     let first = lock.lock().await.unwrap();
     let second = same_owner.lock().await.unwrap();
-    let third = lock.try_lock().await.unwrap().expect("reentrant try_lock succeeds");
+    let third = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("reentrant try_lock succeeds");
     assert_eq!(lock.hold_count().await.unwrap(), 3);
-    assert_eq!(first.fencing_token(), second.fencing_token(), "a reentrant hold keeps its token");
+    assert_eq!(
+        first.fencing_token(),
+        second.fencing_token(),
+        "a reentrant hold keeps its token"
+    );
     assert_eq!(first.fencing_token(), third.fencing_token());
     let first_token = first.fencing_token();
 
     let other = client.get_lock("reentrant");
-    assert!(other.try_lock().await.unwrap().is_none(), "another handle is another owner");
+    assert!(
+        other.try_lock().await.unwrap().is_none(),
+        "another handle is another owner"
+    );
     assert!(!other.is_held().await.unwrap());
     assert!(lock.is_held().await.unwrap());
 
@@ -36,7 +47,11 @@ async fn reentrant_holds_are_counted_and_released_one_by_one() {
     assert_eq!(lock.hold_count().await.unwrap(), 0);
     assert!(!lock.is_locked().await.unwrap());
 
-    let next = other.try_lock().await.unwrap().expect("free after the last hold");
+    let next = other
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the last hold");
     assert!(next.fencing_token() > first_token);
     next.unlock().await.unwrap();
 }
@@ -49,12 +64,26 @@ async fn two_handles_in_one_task_contend() {
     let b = client.get_lock("contend");
     let held = a.lock().await.unwrap();
     let started = std::time::Instant::now();
-    assert!(b.try_lock_for(Duration::from_millis(300), None).await.unwrap().is_none());
+    assert!(
+        b.try_lock_for(Duration::from_millis(300), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(290), "try_lock_for gave up early: {waited:?}");
-    assert!(waited < Duration::from_secs(2), "try_lock_for overran its budget: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(290),
+        "try_lock_for gave up early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "try_lock_for overran its budget: {waited:?}"
+    );
     held.unlock().await.unwrap();
-    let got = b.try_lock_for(Duration::from_millis(300), None).await.unwrap();
+    let got = b
+        .try_lock_for(Duration::from_millis(300), None)
+        .await
+        .unwrap();
     got.expect("free now").unlock().await.unwrap();
 }
 
@@ -75,7 +104,10 @@ async fn a_waiter_gets_the_lock_when_the_holder_unlocks() {
     assert!(!task.is_finished());
     let first = guard.fencing_token();
     guard.unlock().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(2), task).await.unwrap().unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(second, first + 1);
 }
 
@@ -87,8 +119,15 @@ async fn inspection_reports_ttl_and_state() {
     assert_eq!(lock.remaining_ttl().await.unwrap(), None);
     assert!(!lock.is_locked().await.unwrap());
     let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
-    let ttl = lock.remaining_ttl().await.unwrap().expect("a leased lock has a TTL");
-    assert!(ttl > Duration::from_secs(18) && ttl <= Duration::from_secs(20), "{ttl:?}");
+    let ttl = lock
+        .remaining_ttl()
+        .await
+        .unwrap()
+        .expect("a leased lock has a TTL");
+    assert!(
+        ttl > Duration::from_secs(18) && ttl <= Duration::from_secs(20),
+        "{ttl:?}"
+    );
     assert_eq!(lock.name(), "inspect");
     assert_eq!(guard.name(), "inspect");
     guard.unlock().await.unwrap();
@@ -106,12 +145,22 @@ async fn force_unlock_frees_wakes_and_keeps_the_token_counter() {
 
     let admin = client.get_lock("forced");
     assert!(admin.force_unlock().await.unwrap());
-    let token = tokio::time::timeout(Duration::from_secs(2), task).await.unwrap().unwrap().unwrap();
-    assert!(token > guard.fencing_token(), "tokens never go backwards after force_unlock");
+    let token = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        token > guard.fencing_token(),
+        "tokens never go backwards after force_unlock"
+    );
     let mut raw = server.raw().await;
     let counter: u64 = raw.get("redisson_lock_token:{forced}").await.unwrap();
     assert_eq!(counter, token);
-    assert!(matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { .. })));
+    assert!(matches!(
+        guard.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
     assert!(!client.get_lock("free").force_unlock().await.unwrap());
 }
 
@@ -122,13 +171,23 @@ async fn dropping_a_guard_releases_in_the_background() {
     let lock = client.get_lock("dropped");
     let guard = lock.lock().await.unwrap();
     drop(guard);
-    assert!(eventually(Duration::from_secs(2), || async { !lock.is_locked().await.unwrap() }).await);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await
+    );
 
     // Outer hold dropped while an inner one lives: one hold goes, the lock stays.
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
     drop(outer);
-    assert!(eventually(Duration::from_secs(2), || async { lock.hold_count().await.unwrap() == 1 }).await);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            lock.hold_count().await.unwrap() == 1
+        })
+        .await
+    );
     inner.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
@@ -138,7 +197,10 @@ async fn a_guard_moves_into_another_task() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let guard = client.get_lock("moved").lock().await.unwrap();
-    tokio::spawn(async move { guard.unlock().await }).await.unwrap().unwrap();
+    tokio::spawn(async move { guard.unlock().await })
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!client.get_lock("moved").is_locked().await.unwrap());
 }
 

@@ -14,8 +14,16 @@ use tokio::sync::Barrier;
 async fn handoffs_wake_the_waiter_by_message() {
     let server = RedisServer::start();
     // A long lease and re-check interval: a waiter that woke by timer would take seconds.
-    let a = builder(&server).recheck_interval(Duration::from_secs(10)).build().await.unwrap();
-    let b = builder(&server).recheck_interval(Duration::from_secs(10)).build().await.unwrap();
+    let a = builder(&server)
+        .recheck_interval(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let b = builder(&server)
+        .recheck_interval(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
     let holder = a.get_lock("relay");
     let waiter = b.get_lock("relay");
     let mut latencies = Vec::new();
@@ -34,19 +42,32 @@ async fn handoffs_wake_the_waiter_by_message() {
         tokio::time::sleep(Duration::from_millis(30)).await; // the waiter is subscribed and asleep
         let released = Instant::now();
         guard.unlock().await.unwrap();
-        let woke = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
         latencies.push(woke - released);
     }
     latencies.sort();
     let median = latencies[latencies.len() / 2];
-    eprintln!("handoff latency: median {median:?}, max {:?}", latencies.last().unwrap());
-    assert!(median < Duration::from_millis(20), "median handoff {median:?}");
+    eprintln!(
+        "handoff latency: median {median:?}, max {:?}",
+        latencies.last().unwrap()
+    );
+    assert!(
+        median < Duration::from_millis(20),
+        "median handoff {median:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     let server = RedisServer::start();
-    let client = builder(&server).recheck_interval(Duration::from_secs(30)).build().await.unwrap();
+    let client = builder(&server)
+        .recheck_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let holder = client.get_lock("resubscribe");
     let guard = holder.lock().await.unwrap();
     let waiter = client.get_lock("resubscribe");
@@ -55,19 +76,33 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     // Wait until the waiter is subscribed, then cut its connection.
     assert!(
         eventually(Duration::from_secs(2), || async {
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{resubscribe}")
-                .query_async(&mut server.raw().await).await.unwrap();
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redisson_lock__channel:{resubscribe}")
+                .query_async(&mut server.raw().await)
+                .await
+                .unwrap();
             n[0].1 == 1
         })
         .await
     );
-    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut raw).await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(killed, 1);
     // The hub reconnects and subscribes again.
     assert!(
         eventually(Duration::from_secs(3), || async {
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{resubscribe}")
-                .query_async(&mut server.raw().await).await.unwrap();
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redisson_lock__channel:{resubscribe}")
+                .query_async(&mut server.raw().await)
+                .await
+                .unwrap();
             n[0].1 == 1
         })
         .await,
@@ -75,14 +110,22 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     );
     let released = Instant::now();
     guard.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(3), task).await.expect("woken after resubscribing").unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("woken after resubscribing")
+        .unwrap()
+        .unwrap();
     assert!(released.elapsed() < Duration::from_secs(3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_message_or_a_key_without_ttl_never_hangs_a_waiter() {
     let server = RedisServer::start();
-    let client = builder(&server).recheck_interval(Duration::from_millis(300)).build().await.unwrap();
+    let client = builder(&server)
+        .recheck_interval(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
     let mut raw = server.raw().await;
     // A foreign holder without TTL that goes away without publishing anything.
     let _: () = raw.hset("silent", "someone-else:1", 1).await.unwrap();
@@ -94,7 +137,10 @@ async fn a_lost_message_or_a_key_without_ttl_never_hangs_a_waiter() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!task.is_finished(), "the waiter took a lock that was held");
     let _: () = raw.del("silent").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), task).await.expect("re-check found the lock free").unwrap();
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("re-check found the lock free")
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,11 +154,20 @@ async fn cancelled_lock_calls_leave_nothing_locked() {
         let budget = Duration::from_micros(i * 7);
         let _ = tokio::time::timeout(budget, lock.lock()).await;
     }
-    assert!(eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await
+    );
     // Contended: waiters cancelled while waiting, and right around the handoff.
     let guard = holder.lock().await.unwrap();
     for _ in 0..20 {
-        assert!(tokio::time::timeout(Duration::from_millis(5), lock.lock()).await.is_err());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), lock.lock())
+                .await
+                .is_err()
+        );
     }
     let waiters: Vec<_> = (0..10)
         .map(|i| {
@@ -128,13 +183,24 @@ async fn cancelled_lock_calls_leave_nothing_locked() {
         w.await.unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(3), || async { !lock.is_locked().await.unwrap() }).await,
+        eventually(Duration::from_secs(3), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await,
         "a cancelled waiter left a hold behind"
     );
     // And the lock still works for everybody.
-    let g = lock.try_lock().await.unwrap().expect("usable after the cancellations");
+    let g = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("usable after the cancellations");
     g.unlock().await.unwrap();
-    let h = holder.try_lock().await.unwrap().expect("usable after the cancellations");
+    let h = holder
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("usable after the cancellations");
     h.unlock().await.unwrap();
 }
 
@@ -147,7 +213,12 @@ async fn a_cancelled_reentrant_acquire_keeps_the_count_right() {
     for i in 0..100u64 {
         let _ = tokio::time::timeout(Duration::from_micros(i * 11), lock.lock()).await;
     }
-    assert!(eventually(Duration::from_secs(3), || async { lock.hold_count().await.unwrap() == 1 }).await);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            lock.hold_count().await.unwrap() == 1
+        })
+        .await
+    );
     outer.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
@@ -176,8 +247,15 @@ async fn every_local_waiter_gets_the_lock_in_turn() {
     let started = Instant::now();
     guard.unlock().await.unwrap();
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(5), t).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap()
+            .unwrap();
     }
     // Eight 5 ms holds handed over by messages; waking by the 5 s re-check would take far longer.
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
 }

@@ -13,7 +13,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const LEASE: Duration = Duration::from_millis(600);
 
 async fn short_lease_client(server: &RedisServer) -> ferrisson::Client {
-    builder(server).watchdog_timeout(LEASE).build().await.unwrap()
+    builder(server)
+        .watchdog_timeout(LEASE)
+        .build()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,8 +29,15 @@ async fn the_watchdog_keeps_a_lock_for_three_leases_and_more() {
     let rival = client.get_lock("kept");
     let until = Instant::now() + LEASE * 4;
     while Instant::now() < until {
-        assert!(rival.try_lock().await.unwrap().is_none(), "lost the lock to a rival");
-        let ttl = lock.remaining_ttl().await.unwrap().expect("renewed locks keep a TTL");
+        assert!(
+            rival.try_lock().await.unwrap().is_none(),
+            "lost the lock to a rival"
+        );
+        let ttl = lock
+            .remaining_ttl()
+            .await
+            .unwrap()
+            .expect("renewed locks keep a TTL");
         assert!(ttl <= LEASE);
         assert!(!guard.is_lost());
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -44,7 +55,11 @@ async fn renewals_are_batched_into_one_script_call() {
         guards.push(client.get_lock(&format!("batch:{i}")).lock().await.unwrap());
     }
     let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     tokio::time::sleep(LEASE).await; // at least one renewal round for each
     let calls = evalsha_calls(&mut raw).await;
     // A tick every lease/3: at most 4 ticks in the sleep, each renewing the 150 leases in
@@ -57,7 +72,11 @@ async fn renewals_are_batched_into_one_script_call() {
 }
 
 async fn evalsha_calls(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(raw).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
     info.lines()
         .find(|l| l.starts_with("cmdstat_evalsha:"))
         .and_then(|l| l.split("calls=").nth(1))
@@ -74,10 +93,14 @@ async fn a_deleted_key_marks_the_guard_lost_at_the_next_renewal() {
     let mut raw = server.raw().await;
     let _: () = raw.del("deleted").await.unwrap();
     let started = Instant::now();
-    tokio::time::timeout(LEASE, guard.lost()).await.expect("lost within one renewal period");
+    tokio::time::timeout(LEASE, guard.lost())
+        .await
+        .expect("lost within one renewal period");
     assert!(guard.is_lost());
     assert!(started.elapsed() <= LEASE / 3 + Duration::from_millis(150));
-    assert!(matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { name }) if name == "deleted"));
+    assert!(
+        matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { name }) if name == "deleted")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,15 +110,26 @@ async fn a_server_paused_past_the_lease_loses_it() {
     let guard = client.get_lock("paused").lock().await.unwrap();
     let acquired = Instant::now();
     server.pause();
-    tokio::time::timeout(LEASE * 3, guard.lost()).await.expect("lost once the lease passed");
+    tokio::time::timeout(LEASE * 3, guard.lost())
+        .await
+        .expect("lost once the lease passed");
     let lost_after = acquired.elapsed();
     server.resume();
-    assert!(lost_after <= LEASE + Duration::from_millis(150), "reported lost only after {lost_after:?}");
-    assert!(guard.is_lost(), "lost stays lost even once renewals could work again");
+    assert!(
+        lost_after <= LEASE + Duration::from_millis(150),
+        "reported lost only after {lost_after:?}"
+    );
+    assert!(
+        guard.is_lost(),
+        "lost stays lost even once renewals could work again"
+    );
     tokio::time::sleep(LEASE / 2).await;
     assert!(guard.is_lost());
     // The server's own clock expired the hold meanwhile: the unlock finds nothing to release.
-    assert!(matches!(guard.unlock().await, Err(ferrisson::Error::LockLost { .. })));
+    assert!(matches!(
+        guard.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
     let again = client.get_lock("paused").try_lock().await.unwrap();
     again.expect("free again").unlock().await.unwrap();
 }
@@ -105,7 +139,10 @@ async fn a_fixed_lease_expires_and_its_stale_unlock_leaves_the_new_holder_alone(
     let server = RedisServer::start();
     let client = client(&server).await;
     let first = client.get_lock("fixed");
-    let stale = first.lock_with_lease(Duration::from_millis(300)).await.unwrap();
+    let stale = first
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
     assert!(!stale.is_lost());
     let ttl = first.remaining_ttl().await.unwrap().unwrap();
     assert!(ttl <= Duration::from_millis(300));
@@ -114,8 +151,15 @@ async fn a_fixed_lease_expires_and_its_stale_unlock_leaves_the_new_holder_alone(
     let fresh = second.lock().await.unwrap(); // waits until the fixed lease has run out
     assert!(stale.is_lost(), "a fixed lease is lost once it has passed");
     assert!(fresh.fencing_token() > stale.fencing_token());
-    assert!(matches!(stale.unlock().await, Err(ferrisson::Error::LockLost { .. })));
-    assert_eq!(second.hold_count().await.unwrap(), 1, "the stale unlock touched the new holder");
+    assert!(matches!(
+        stale.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
+    assert_eq!(
+        second.hold_count().await.unwrap(),
+        1,
+        "the stale unlock touched the new holder"
+    );
     assert!(!fresh.is_lost());
     fresh.unlock().await.unwrap();
 }
@@ -140,13 +184,22 @@ async fn a_killed_holder_process_frees_the_lock_within_its_lease() {
     // Outlive a few renewals first: the lease only runs out because the holder is dead.
     let client = client(&server).await;
     let lock = client.get_lock("orphan");
-    assert!(lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(), "the live holder kept it");
+    assert!(
+        lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(),
+        "the live holder kept it"
+    );
     child.start_kill().unwrap();
     let killed = Instant::now();
     child.wait().await.unwrap();
-    let guard = tokio::time::timeout(LEASE * 4, lock.lock()).await.expect("freed by the lease").unwrap();
+    let guard = tokio::time::timeout(LEASE * 4, lock.lock())
+        .await
+        .expect("freed by the lease")
+        .unwrap();
     let freed_after = killed.elapsed();
-    assert!(freed_after <= LEASE + Duration::from_millis(200), "freed after {freed_after:?}");
+    assert!(
+        freed_after <= LEASE + Duration::from_millis(200),
+        "freed after {freed_after:?}"
+    );
     assert!(guard.fencing_token() > dead_token);
     guard.unlock().await.unwrap();
 }

@@ -82,7 +82,10 @@ impl LockGuard {
             request_id: self.holder.inner().owners.next_request_id(),
             done: false,
         };
-        let result = release.holder.release(&release.lease, &release.request_id).await;
+        let result = release
+            .holder
+            .release(&release.lease, &release.request_id)
+            .await;
         release.done = true;
         result
     }

@@ -25,8 +25,13 @@ use crate::watchdog::Renewal;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquired {
     /// Granted with `token`; `fresh` when the owner held nothing on the server before.
-    Granted { token: u64, fresh: bool },
-    Busy { ttl: Option<Duration> },
+    Granted {
+        token: u64,
+        fresh: bool,
+    },
+    Busy {
+        ttl: Option<Duration>,
+    },
 }
 
 /// What a release script answered.
@@ -126,7 +131,10 @@ impl Holder {
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        wait::acquire(self.inner(), self.ops.channel(), wait, || self.attempt(mode)).await
+        wait::acquire(self.inner(), self.ops.channel(), wait, || {
+            self.attempt(mode)
+        })
+        .await
     }
 
     async fn attempt(self: &Arc<Self>, mode: LeaseMode) -> Result<Attempt<LockGuard>> {
@@ -145,7 +153,9 @@ impl Holder {
         match reply {
             Ok(Acquired::Granted { token, fresh }) => {
                 let holds = in_flight.disarm();
-                Ok(Attempt::Granted(self.grant(holds, token, fresh, sent_at, lease_ms, mode)))
+                Ok(Attempt::Granted(
+                    self.grant(holds, token, fresh, sent_at, lease_ms, mode),
+                ))
             }
             Ok(Acquired::Busy { ttl }) => {
                 in_flight.disarm();
@@ -221,7 +231,11 @@ impl Holder {
     }
 
     /// Gives back one hold of `lease`.
-    pub(crate) async fn release(self: &Arc<Self>, lease: &Arc<Lease>, request_id: &str) -> Result<()> {
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        lease: &Arc<Lease>,
+        request_id: &str,
+    ) -> Result<()> {
         let mut holds = self.holds.clone().lock_owned().await;
         let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
         if !current || holds.count == 0 {
@@ -231,7 +245,9 @@ impl Holder {
         // The resend carries the same request id: if the first one ran, its latch answers.
         for _ in 0..2 {
             match &result {
-                Err(e) if e.connection_dropped() => result = self.send_release(lease, request_id).await,
+                Err(e) if e.connection_dropped() => {
+                    result = self.send_release(lease, request_id).await
+                }
                 _ => break,
             }
         }
@@ -287,7 +303,9 @@ struct InFlight {
 
 impl InFlight {
     fn disarm(&mut self) -> OwnedMutexGuard<Holds> {
-        self.holds.take().expect("an in-flight acquire is disarmed once")
+        self.holds
+            .take()
+            .expect("an in-flight acquire is disarmed once")
     }
 
     async fn repair(&mut self) {
@@ -297,7 +315,11 @@ impl InFlight {
 }
 
 async fn repair(holder: &Holder, count: u32) {
-    if let Err(e) = holder.ops.repair(holder.inner(), &holder.owner, count).await {
+    if let Err(e) = holder
+        .ops
+        .repair(holder.inner(), &holder.owner, count)
+        .await
+    {
         tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a stray hold expires with its lease");
     }
 }

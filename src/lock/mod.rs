@@ -24,7 +24,9 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     u64::try_from(ms)
         .ok()
         .filter(|ms| *ms <= i64::MAX as u64)
-        .ok_or_else(|| Error::InvalidArgument(format!("a lease of {lease:?} is too long for Redis")))
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!("a lease of {lease:?} is too long for Redis"))
+        })
 }
 
 #[cfg(test)]
@@ -33,9 +35,18 @@ mod tests {
 
     #[test]
     fn leases_are_checked() {
-        assert!(matches!(lease_ms(Duration::ZERO), Err(Error::InvalidArgument(_))));
-        assert!(matches!(lease_ms(Duration::from_micros(999)), Err(Error::InvalidArgument(_))));
-        assert!(matches!(lease_ms(Duration::MAX), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            lease_ms(Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lease_ms(Duration::from_micros(999)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lease_ms(Duration::MAX),
+            Err(Error::InvalidArgument(_))
+        ));
         assert_eq!(lease_ms(Duration::from_millis(1500)).unwrap(), 1500);
     }
 }

@@ -413,10 +413,17 @@ impl LockOps for RLockOps {
 }
 
 fn parse_acquire(status: i64, value: i64) -> Result<Acquired> {
-    let token = || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
+    let token =
+        || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
     match status {
-        1 => Ok(Acquired::Granted { token: token()?, fresh: true }),
-        2 => Ok(Acquired::Granted { token: token()?, fresh: false }),
+        1 => Ok(Acquired::Granted {
+            token: token()?,
+            fresh: true,
+        }),
+        2 => Ok(Acquired::Granted {
+            token: token()?,
+            fresh: false,
+        }),
         0 => Ok(Acquired::Busy {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
         }),
@@ -439,11 +446,25 @@ mod tests {
 
     #[test]
     fn acquire_replies_are_parsed_strictly() {
-        assert_eq!(parse_acquire(1, 5).unwrap(), Acquired::Granted { token: 5, fresh: true });
-        assert_eq!(parse_acquire(2, 5).unwrap(), Acquired::Granted { token: 5, fresh: false });
+        assert_eq!(
+            parse_acquire(1, 5).unwrap(),
+            Acquired::Granted {
+                token: 5,
+                fresh: true
+            }
+        );
+        assert_eq!(
+            parse_acquire(2, 5).unwrap(),
+            Acquired::Granted {
+                token: 5,
+                fresh: false
+            }
+        );
         assert_eq!(
             parse_acquire(0, 1500).unwrap(),
-            Acquired::Busy { ttl: Some(Duration::from_millis(1500)) }
+            Acquired::Busy {
+                ttl: Some(Duration::from_millis(1500))
+            }
         );
         assert_eq!(parse_acquire(0, -1).unwrap(), Acquired::Busy { ttl: None });
         assert!(parse_acquire(1, -3).is_err());

@@ -15,7 +15,9 @@ use crate::error::Result;
 pub(crate) enum Attempt<T> {
     Granted(T),
     /// Held by somebody else; `ttl` is the holder's remaining lease (`None`: no TTL).
-    Busy { ttl: Option<Duration> },
+    Busy {
+        ttl: Option<Duration>,
+    },
 }
 
 /// Runs `attempt` until it grants or `wait` is spent (`None`: wait for ever).

@@ -38,11 +38,20 @@ impl Checker {
     /// Asserts that holds never overlapped and tokens strictly increased from one to the next;
     /// returns the holds in order.
     pub fn verify(&self) -> Vec<Hold> {
-        assert_eq!(self.max_inside.load(Ordering::SeqCst), 1, "two holders were inside at once");
+        assert_eq!(
+            self.max_inside.load(Ordering::SeqCst),
+            1,
+            "two holders were inside at once"
+        );
         let mut holds = self.holds.lock().unwrap().clone();
         holds.sort_by_key(|h| h.start);
         for pair in holds.windows(2) {
-            assert!(pair[0].end <= pair[1].start, "holds overlap: {:?} and {:?}", pair[0], pair[1]);
+            assert!(
+                pair[0].end <= pair[1].start,
+                "holds overlap: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
             assert!(
                 pair[0].token < pair[1].token,
                 "fencing tokens did not increase: {} then {}",

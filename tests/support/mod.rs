@@ -14,7 +14,10 @@ pub use server::RedisServer;
 
 /// A client of `server` with timeouts sized for tests.
 pub async fn client(server: &RedisServer) -> ferrisson::Client {
-    builder(server).build().await.expect("client connects to the test server")
+    builder(server)
+        .build()
+        .await
+        .expect("client connects to the test server")
 }
 
 /// A builder for `server` with timeouts sized for tests; adjust and build.

@@ -19,7 +19,11 @@ pub fn ensure_redis_server() {
         return;
     }
     if !has("redis-server") {
-        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
         if root && has("apt-get") {
             eprintln!("redis-server is missing: installing Debian's redis-server package");
             let apt = |args: &[&str]| {
@@ -81,9 +85,15 @@ impl RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..5 {
             let port = free_port();
-            let dir = std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
-            let mut server = RedisServer { child: None, port, dir, extra: extra.clone() };
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir,
+                extra: extra.clone(),
+            };
             if server.spawn() {
                 return server;
             }
@@ -118,7 +128,11 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server on port {} never answered PING; its log:\n{}", self.port, self.log());
+        panic!(
+            "redis-server on port {} never answered PING; its log:\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     fn ping(&self) -> bool {
@@ -160,7 +174,9 @@ impl RedisServer {
 
     fn signal(&self, signal: &str) {
         if let Some(pid) = self.pid() {
-            let _ = Command::new("kill").args([signal, &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
         }
     }
 
@@ -186,7 +202,11 @@ impl RedisServer {
     /// Kills the server and starts a new, empty one on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        assert!(self.spawn(), "redis-server did not come back on port {}", self.port);
+        assert!(
+            self.spawn(),
+            "redis-server did not come back on port {}",
+            self.port
+        );
     }
 
     /// A raw connection for checks and for playing a foreign (e.g. Java) client.
