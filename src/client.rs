@@ -126,7 +126,7 @@ impl Client {
     pub(crate) async fn start(config: Config) -> Result<Client> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
-        let redis_client = redis::Client::open(config.url.as_str())
+        let redis_client = redis_client(&config)
             .map_err(|e| Error::Config(format!("cannot use URL `{}`: {e}", config.url)))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connection_timeout))
@@ -168,6 +168,29 @@ impl Client {
             }),
         })
     }
+}
+
+#[cfg(not(feature = "tls"))]
+fn redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
+    redis::Client::open(config.url.as_str())
+}
+
+#[cfg(feature = "tls")]
+fn redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
+    let Some(tls) = &config.tls else {
+        return redis::Client::open(config.url.as_str());
+    };
+    let certificates = redis::TlsCertificates {
+        client_tls: tls
+            .client_identity
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_certificates.clone(),
+    };
+    redis::Client::build_with_tls(config.url.as_str(), certificates)
 }
 
 #[cfg(test)]

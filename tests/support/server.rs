@@ -71,6 +71,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    tls_port: Option<u16>,
 }
 
 impl RedisServer {
@@ -93,12 +94,55 @@ impl RedisServer {
                 port,
                 dir,
                 extra: extra.clone(),
+                tls_port: None,
             };
             if server.spawn() {
                 return server;
             }
         }
         panic!("redis-server did not start on any of 5 ports");
+    }
+
+    /// Starts a server that also listens with TLS on a second port, with a certificate for
+    /// 127.0.0.1 signed by a CA made for this server ([`ca_pem`](Self::ca_pem)). The plain
+    /// port stays open for readiness checks and raw access.
+    pub fn start_tls() -> Self {
+        let mut server = Self::start();
+        server.kill();
+        make_certificates(&server.dir);
+        let tls_port = free_port();
+        let dir = server.dir.display().to_string();
+        server.extra.extend(
+            [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cert-file",
+                &format!("{dir}/server.crt"),
+                "--tls-key-file",
+                &format!("{dir}/server.key"),
+                "--tls-ca-cert-file",
+                &format!("{dir}/ca.crt"),
+                "--tls-auth-clients",
+                "no",
+            ]
+            .map(String::from),
+        );
+        server.tls_port = Some(tls_port);
+        assert!(server.spawn(), "redis-server with TLS did not start");
+        server
+    }
+
+    /// The `rediss://` URL of a server from [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}/",
+            self.tls_port.expect("a TLS server")
+        )
+    }
+
+    /// The PEM of the CA that signed the TLS server's certificate.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("ca.crt")).expect("the test CA")
     }
 
     fn spawn(&mut self) -> bool {
@@ -217,6 +261,79 @@ impl RedisServer {
             .await
             .expect("raw connection to the test server")
     }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with the openssl command.
+fn make_certificates(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command makes the test certificates");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=ferrisson test CA",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
 }
 
 impl Drop for RedisServer {
