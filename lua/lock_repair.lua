@@ -3,7 +3,8 @@
 -- its own holds.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the lock's channel
+-- KEYS[2]  the lock's channel; for a fair lock, its waiters' channel prefix
+-- KEYS[3]  (fair locks only) the queue: the message then goes to its head, '<prefix>:<head>'
 -- ARGV[1]  owner
 -- ARGV[2]  holds the client knows of (0: none)
 -- ARGV[3]  the message published when the repair frees the lock ('0')
@@ -25,6 +26,13 @@ if want > 0 then
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], ARGV[3])
+  if KEYS[3] then
+    local head = redis.pcall('lindex', KEYS[3], 0)
+    if type(head) == 'string' then
+      redis.call('publish', KEYS[2] .. ':' .. head, ARGV[3])
+    end
+  else
+    redis.call('publish', KEYS[2], ARGV[3])
+  end
 end
 return 1

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
-use crate::lock::RLock;
+use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::script::{Executor, capped};
@@ -121,6 +121,57 @@ impl Client {
     /// ```
     pub fn get_lock(&self, name: &str) -> RLock {
         RLock::new(self.clone(), name)
+    }
+
+    /// A handle on the fair lock `name`: granted in the order the waiters asked, with an owner
+    /// of its own. See [`RFairLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_fair_lock("tickets").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_fair_lock(&self, name: &str) -> RFairLock {
+        let ops = FairOps::new(name, self.inner.config.fair_queue_timeout);
+        RLock::from_holder(
+            crate::lock::holder::Holder::new(self.clone(), Box::new(ops)),
+            name,
+        )
+    }
+
+    /// A handle on the read-write lock `name`; its read and write sides are one owner. See
+    /// [`RReadWriteLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let rw = client.get_read_write_lock("catalog");
+    /// let guard = rw.read_lock().lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_read_write_lock(&self, name: &str) -> RReadWriteLock {
+        RReadWriteLock::new(self.clone(), name)
+    }
+
+    /// A handle on the fenced lock `name`, whose acquire methods return the fencing token
+    /// first. See [`RFencedLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let (token, guard) = client.get_fenced_lock("ledger").lock_and_get_token().await?;
+    /// # let _ = token;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_fenced_lock(&self, name: &str) -> RFencedLock {
+        RFencedLock::new(self.clone(), name)
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {

@@ -12,6 +12,7 @@ pub(crate) struct Config {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) recheck_interval: Duration,
+    pub(crate) fair_queue_timeout: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
 }
@@ -73,6 +74,7 @@ pub struct ClientBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     recheck_interval: Duration,
+    fair_queue_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -85,6 +87,7 @@ impl Default for ClientBuilder {
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
             recheck_interval: Duration::from_secs(5),
+            fair_queue_timeout: Duration::from_secs(5),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -174,6 +177,16 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a waiter of a fair lock keeps its place in the queue without calling again. A
+    /// live waiter calls again every third of it, so only a waiter whose process died (or hung)
+    /// loses its place, and it delays the queue by at most this long.
+    ///
+    /// Default is 5 s; at least 30 ms.
+    pub fn fair_lock_queue_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_queue_timeout = timeout;
+        self
+    }
+
     /// Checks the settings, connects and loads the scripts.
     ///
     /// # Errors
@@ -199,6 +212,12 @@ impl ClientBuilder {
                 self.watchdog_timeout
             )));
         }
+        if self.fair_queue_timeout < Duration::from_millis(30) {
+            return Err(Error::Config(format!(
+                "fair_lock_queue_timeout must be at least 30 ms, got {:?}",
+                self.fair_queue_timeout
+            )));
+        }
         for (what, d) in [
             ("connection_timeout", self.connection_timeout),
             ("response_timeout", self.response_timeout),
@@ -214,6 +233,7 @@ impl ClientBuilder {
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,
             recheck_interval: self.recheck_interval,
+            fair_queue_timeout: self.fair_queue_timeout,
             #[cfg(feature = "tls")]
             tls: self.tls,
         })

@@ -39,6 +39,17 @@ pub enum Error {
         name: String,
     },
 
+    /// A read holder asked for the write side of the same read-write lock. Waiting would wait
+    /// for itself for ever, so it is refused at once (Redisson would hang); release the read
+    /// holds first.
+    #[error(
+        "lock `{name}`: the owner holds read holds, and a read hold cannot be upgraded to the write hold"
+    )]
+    UpgradeNotSupported {
+        /// The lock's name.
+        name: String,
+    },
+
     /// An argument was refused before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -15,4 +15,4 @@ mod watchdog;
 pub use client::Client;
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
-pub use lock::{LockGuard, RLock};
+pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock};

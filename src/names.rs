@@ -50,6 +50,26 @@ pub(crate) fn derived(prefix: &str, name: &str) -> String {
     }
 }
 
+/// The base of names that end with a suffix: `{name}`, or `name` when it carries a hash tag
+/// (Redisson: `{name}:<suffix>`).
+pub(crate) fn suffix_base(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The channel of a read-write lock.
+pub(crate) fn rwlock_channel(name: &str) -> String {
+    derived("redisson_rwlock", name)
+}
+
+/// The prefix of an owner's read-hold timeout keys: `{name}:<owner>:rwlock_timeout`.
+pub(crate) fn read_timeouts(name: &str, owner: &str) -> String {
+    format!("{}:{owner}:rwlock_timeout", suffix_base(name))
+}
+
 /// The channel an RLock's release is published on.
 pub(crate) fn lock_channel(name: &str) -> String {
     derived("redisson_lock__channel", name)
@@ -79,6 +99,17 @@ mod tests {
         assert_eq!(
             unlock_latch_key("orders", "r1"),
             "redisson_unlock_latch:{orders}:r1"
+        );
+    }
+
+    #[test]
+    fn read_write_names_follow_redisson() {
+        assert_eq!(rwlock_channel("doc"), "redisson_rwlock:{doc}");
+        assert_eq!(read_timeouts("doc", "u:1"), "{doc}:u:1:rwlock_timeout");
+        assert_eq!(read_timeouts("{t}x", "u:1"), "{t}x:u:1:rwlock_timeout");
+        assert_eq!(
+            derived("redisson_lock_queue", "q"),
+            "redisson_lock_queue:{q}"
         );
     }
 

@@ -52,6 +52,15 @@ scripts! {
     LOCK_REPAIR => "lock_repair",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",
     LOCK_INSPECT => "lock_inspect",
+    RWLOCK_READ_ACQUIRE => "rwlock_read_acquire",
+    RWLOCK_READ_RELEASE => "rwlock_read_release",
+    RWLOCK_READ_RENEW => "rwlock_read_renew",
+    RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire",
+    RWLOCK_WRITE_RELEASE => "rwlock_write_release",
+    RWLOCK_REPAIR => "rwlock_repair",
+    FAIR_ACQUIRE => "fair_acquire",
+    FAIR_RELEASE => "fair_release",
+    FAIR_LEAVE => "fair_leave",
 }
 
 /// One invocation of a script: its keys, then its arguments.
@@ -157,6 +166,15 @@ impl Executor {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(script.source);
         self.query(&cmd).await.map(drop)
+    }
+
+    /// Sends one plain command; `key` names the object in errors.
+    pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
+        let value = self
+            .query(cmd)
+            .await
+            .map_err(|e| Error::from_redis(e, key))?;
+        T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{key}: {e}")))
     }
 
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {

@@ -15,17 +15,45 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::lease::Lease;
-use crate::script::{Executor, LOCK_RENEW, ScriptCall};
+use crate::script::{Executor, LOCK_RENEW, LuaScript, RWLOCK_READ_RENEW, ScriptCall};
 
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
 pub(crate) const BATCH: usize = 100;
 
+/// Where a hold lives in Redis, as far as renewing it goes.
+#[derive(Debug, Clone)]
+pub(crate) enum RenewTarget {
+    /// A lock hash whose `field` marks the hold: RLock and fair lock (`<owner>`), write lock
+    /// (`<owner>:write`). Renewing sets the hash's TTL when the field is there.
+    HashField { key: Arc<str>, field: Arc<str> },
+    /// A reader's holds on a read-write lock: each has its own timeout key under `timeouts`;
+    /// renewing extends those, and the hash when it would die sooner.
+    ReadHolds {
+        key: Arc<str>,
+        owner: Arc<str>,
+        timeouts: Arc<str>,
+    },
+}
+
+impl RenewTarget {
+    fn key(&self) -> &str {
+        match self {
+            RenewTarget::HashField { key, .. } | RenewTarget::ReadHolds { key, .. } => key,
+        }
+    }
+
+    fn script(&self) -> &'static LuaScript {
+        match self {
+            RenewTarget::HashField { .. } => &LOCK_RENEW,
+            RenewTarget::ReadHolds { .. } => &RWLOCK_READ_RENEW,
+        }
+    }
+}
+
 /// What the watchdog needs to renew one lease.
 #[derive(Debug)]
 pub(crate) struct Renewal {
-    /// The lock key.
-    pub(crate) key: Arc<str>,
-    pub(crate) owner: Arc<str>,
+    pub(crate) target: RenewTarget,
     pub(crate) lease: Arc<Lease>,
 }
 
@@ -130,12 +158,19 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
-        let calls = batch
-            .chunks(BATCH)
+        // One script per kind of hold: group the batch by script, then cut it in chunks.
+        let mut batch = batch;
+        batch.sort_by_key(|(_, r)| matches!(r.target, RenewTarget::ReadHolds { .. }));
+        let chunks: Vec<&[(u64, Arc<Renewal>)]> = batch
+            .chunk_by(|(_, a), (_, b)| std::ptr::eq(a.target.script(), b.target.script()))
+            .flat_map(|group| group.chunks(BATCH))
+            .collect();
+        let calls = chunks
+            .iter()
             .map(|chunk| renew_chunk(&executor, chunk, lease));
         let results = futures::future::join_all(calls).await;
         let mut registry = shared.registry();
-        for (chunk, (sent_at, result)) in batch.chunks(BATCH).zip(results) {
+        for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
             for (i, (id, renewal)) in chunk.iter().enumerate() {
                 let Some(entry) = registry.entries.get_mut(id) else {
                     continue; // released while the renewal was on its way
@@ -147,16 +182,16 @@ async fn run(
                         entry.next_due = sent_at + lease / 3;
                     }
                     Ok(_) => {
-                        tracing::warn!(lock = %renewal.key, "lease lost: the lock is no longer ours");
+                        tracing::warn!(lock = %renewal.target.key(), "lease lost: the lock is no longer ours");
                         renewal.lease.mark_lost();
                         registry.entries.remove(id);
                     }
                     Err(e) if renewal.lease.is_lost() => {
-                        tracing::warn!(lock = %renewal.key, error = %e, "lease lost: renewals failed until its deadline");
+                        tracing::warn!(lock = %renewal.target.key(), error = %e, "lease lost: renewals failed until its deadline");
                         registry.entries.remove(id);
                     }
                     Err(e) => {
-                        tracing::debug!(lock = %renewal.key, error = %e, "renewal failed; retrying");
+                        tracing::debug!(lock = %renewal.target.key(), error = %e, "renewal failed; retrying");
                         entry.next_due = Instant::now() + retry;
                     }
                 }
@@ -188,16 +223,25 @@ async fn renew_chunk(
     chunk: &[(u64, Arc<Renewal>)],
     lease: Duration,
 ) -> (Instant, crate::Result<Vec<i64>>) {
-    let mut call = ScriptCall::new(&LOCK_RENEW);
+    let Some((_, first)) = chunk.first() else {
+        return (Instant::now(), Ok(Vec::new()));
+    };
+    let mut call = ScriptCall::new(first.target.script());
     for (_, renewal) in chunk {
-        call = call.key(&*renewal.key);
+        call = match &renewal.target {
+            RenewTarget::HashField { key, .. } => call.key(&**key),
+            RenewTarget::ReadHolds { key, timeouts, .. } => call.key(&**key).key(&**timeouts),
+        };
     }
     call = call.arg(lease.as_millis() as u64);
     for (_, renewal) in chunk {
-        call = call.arg(&*renewal.owner);
+        call = match &renewal.target {
+            RenewTarget::HashField { field, .. } => call.arg(&**field),
+            RenewTarget::ReadHolds { owner, .. } => call.arg(&**owner),
+        };
     }
     let sent_at = Instant::now();
-    let result = executor.run::<Vec<i64>>(&call, &chunk[0].1.key).await;
+    let result = executor.run::<Vec<i64>>(&call, first.target.key()).await;
     let result = result.and_then(|renewed| {
         if renewed.len() == chunk.len() {
             Ok(renewed)

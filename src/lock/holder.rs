@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::wait::{self, Attempt};
-use crate::watchdog::Renewal;
+use crate::watchdog::{RenewTarget, Renewal};
 
 /// What an acquire script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub(crate) enum Acquired {
 /// What a release script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// The last hold went; the lock is free and its waiters were told.
+    /// The owner's last hold went (its waiters were told if that freed the lock).
     Freed,
     /// Holds of the owner remain.
     StillHeld,
@@ -45,17 +45,30 @@ pub(crate) enum Released {
     NotOwner,
 }
 
-/// One lock kind's server side. Each method is one script call.
+/// A lock's state as one owner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Inspection {
+    pub(crate) locked: bool,
+    pub(crate) holds: u32,
+    /// Remaining TTL in ms; -1 without TTL, -2 when free.
+    pub(crate) pttl: i64,
+}
+
+/// One lock kind's server side. Each async method is one script call.
 pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// The lock's name (its main key).
     fn name(&self) -> &Arc<str>;
-    /// The channel its waiters subscribe to.
-    fn channel(&self) -> &str;
+    /// The channel `owner` waits on.
+    fn channel(&self, owner: &str) -> String;
+    /// Where the owner's holds live, for the watchdog.
+    fn renewal(&self, owner: &Arc<str>) -> RenewTarget;
+    /// `waiting`: the caller waits when refused (a fair lock queues it; others ignore it).
     fn acquire<'a>(
         &'a self,
         client: &'a ClientInner,
         owner: &'a str,
         lease_ms: u64,
+        waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>>;
     /// Gives back one hold. Must be idempotent per `request_id`.
     fn release<'a>(
@@ -73,6 +86,25 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
         owner: &'a str,
         holds: u32,
     ) -> BoxFuture<'a, Result<()>>;
+    fn inspect<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection>>;
+    /// Frees the lock whoever holds it; true when it was held.
+    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>>;
+    /// The longest a waiter may sleep between two attempts (a fair waiter must keep its place).
+    fn max_nap(&self) -> Option<Duration> {
+        None
+    }
+    /// Takes a waiter that stops waiting out of the lock's queue, for kinds that queue.
+    fn leave<'a>(
+        &'a self,
+        _client: &'a ClientInner,
+        _owner: &'a str,
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        None
+    }
 }
 
 /// How a grant's lease is kept.
@@ -94,6 +126,7 @@ pub(crate) struct Holder {
     pub(crate) client: Client,
     pub(crate) owner: Arc<str>,
     pub(crate) ops: Box<dyn LockOps>,
+    channel: String,
     holds: Arc<Mutex<Holds>>,
 }
 
@@ -107,9 +140,17 @@ impl fmt::Debug for Holder {
 }
 
 impl Holder {
+    /// A holder with a fresh owner.
     pub(crate) fn new(client: Client, ops: Box<dyn LockOps>) -> Self {
         let owner = client.inner.owners.next_owner();
+        Self::with_owner(client, ops, owner)
+    }
+
+    /// A holder for an owner that already has one on another part of the same lock (the read
+    /// and write sides of a read-write lock are one owner).
+    pub(crate) fn with_owner(client: Client, ops: Box<dyn LockOps>, owner: Arc<str>) -> Self {
         Holder {
+            channel: ops.channel(&owner),
             client,
             owner,
             ops,
@@ -131,13 +172,45 @@ impl Holder {
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        wait::acquire(self.inner(), self.ops.channel(), wait, || {
-            self.attempt(mode)
+        let waiting = wait != Some(Duration::ZERO);
+        // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
+        let mut queued = Queued {
+            holder: self,
+            armed: waiting,
+        };
+        let max_nap = self.ops.max_nap();
+        let result = wait::acquire(self.inner(), &self.channel, wait, max_nap, || {
+            self.attempt(mode, waiting)
         })
-        .await
+        .await;
+        queued.armed = false;
+        if waiting && !matches!(result, Ok(Some(_))) {
+            self.leave_queue().await;
+        }
+        result
     }
 
-    async fn attempt(self: &Arc<Self>, mode: LeaseMode) -> Result<Attempt<LockGuard>> {
+    async fn leave_queue(&self) {
+        if let Some(leave) = self.ops.leave(self.inner(), &self.owner)
+            && let Err(e) = leave.await
+        {
+            tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
+        }
+    }
+
+    pub(crate) async fn inspect(&self) -> Result<Inspection> {
+        self.ops.inspect(self.inner(), &self.owner).await
+    }
+
+    pub(crate) async fn force_unlock(&self) -> Result<bool> {
+        self.ops.force_unlock(self.inner()).await
+    }
+
+    async fn attempt(
+        self: &Arc<Self>,
+        mode: LeaseMode,
+        waiting: bool,
+    ) -> Result<Attempt<LockGuard>> {
         let lease_ms = match mode {
             LeaseMode::Watchdog => self.inner().watchdog.lease().as_millis() as u64,
             LeaseMode::Fixed(ms) => ms,
@@ -149,7 +222,10 @@ impl Holder {
             holds: Some(holds),
         };
         let sent_at = Instant::now();
-        let reply = self.ops.acquire(self.inner(), &self.owner, lease_ms).await;
+        let reply = self
+            .ops
+            .acquire(self.inner(), &self.owner, lease_ms, waiting)
+            .await;
         match reply {
             Ok(Acquired::Granted { token, fresh }) => {
                 let holds = in_flight.disarm();
@@ -209,8 +285,7 @@ impl Holder {
         guards.live += 1;
         if matches!(mode, LeaseMode::Watchdog) && guards.renewal.is_none() {
             guards.renewal = Some(self.inner().watchdog.register(Renewal {
-                key: self.ops.name().clone(),
-                owner: self.owner.clone(),
+                target: self.ops.renewal(&self.owner),
                 lease: lease.clone(),
             }));
         }
@@ -289,6 +364,31 @@ impl Holder {
     fn lost(&self) -> Error {
         Error::LockLost {
             name: self.name().to_owned(),
+        }
+    }
+}
+
+/// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
+/// up mid-wait), it takes the owner out in the background.
+struct Queued<'a> {
+    holder: &'a Arc<Holder>,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && self
+                .holder
+                .ops
+                .leave(self.holder.inner(), &self.holder.owner)
+                .is_some()
+        {
+            let holder = self.holder.clone();
+            self.holder
+                .inner()
+                .runtime
+                .spawn(async move { holder.leave_queue().await });
         }
     }
 }

@@ -1,15 +1,23 @@
 //! The lock family. Every kind plugs its scripts into one engine ([`holder`]): hold counting,
 //! the waiting loop, cancellation repair, watchdog registration and the guard.
 
+mod fair;
+mod fenced;
 mod guard;
 pub(crate) mod holder;
+mod plain;
 mod rlock;
+mod rwlock;
 pub(crate) mod wait;
 
 use std::time::Duration;
 
+pub(crate) use fair::FairOps;
+pub use fair::RFairLock;
+pub use fenced::RFencedLock;
 pub use guard::LockGuard;
 pub use rlock::RLock;
+pub use rwlock::RReadWriteLock;
 
 use crate::error::{Error, Result};
 

@@ -1,31 +1,25 @@
-//! `RLock`: Redisson's reentrant lock.
+//! `RLock`: the lock handle. Every lock kind (plain, fair, the read and write sides of a
+//! read-write lock) is an `RLock` over its own scripts, as in Redisson.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
-use redis::Value;
-
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
-use crate::lock::holder::{Acquired, Holder, LeaseMode, LockOps, Released};
+use crate::lock::holder::{Holder, LeaseMode};
 use crate::lock::lease_ms;
+use crate::lock::plain::PlainOps;
 use crate::names;
-use crate::script::{
-    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
-};
-
-/// The message an RLock release publishes (Redisson's unlock message).
-const UNLOCK_MESSAGE: &str = "0";
 
 /// A reentrant distributed lock, Redisson's `RLock`, with a fencing token on every grant.
 ///
-/// In Redis it is a hash named like the lock, holding one field `<client-uuid>:<n>` (the owner)
-/// whose value is the hold count, with a TTL equal to the lease. A release that frees it
-/// publishes `0` on `redisson_lock__channel:{name}`, which wakes the waiters. A Java service
-/// using Redisson's `RLock` on the same name contends with it correctly.
+/// From [`Client::get_lock`] it is a plain lock: in Redis a hash named like the lock, holding one
+/// field `<client-uuid>:<n>` (the owner) whose value is the hold count, with a TTL equal to the
+/// lease. A release that frees it publishes `0` on `redisson_lock__channel:{name}`, which wakes
+/// the waiters. A Java service using Redisson's `RLock` on the same name contends with it
+/// correctly. [`Client::get_fair_lock`] and the two sides of a
+/// [`RReadWriteLock`](crate::RReadWriteLock) are `RLock`s too, with the same methods.
 ///
 /// Clones are the same owner: locking through a clone is reentrant and each guard gives back
 /// one hold. Two handles from [`Client::get_lock`] are two contenders.
@@ -55,16 +49,18 @@ pub struct RLock {
 
 impl RLock {
     pub(crate) fn new(client: Client, name: &str) -> Self {
-        let invalid = names::validate(name).err().map(Arc::from);
-        let ops = RLockOps {
-            name: Arc::from(name),
-            channel: names::lock_channel(name),
-            token_key: names::token_key(name),
-        };
+        Self::from_holder(Holder::new(client, Box::new(PlainOps::new(name))), name)
+    }
+
+    pub(crate) fn from_holder(holder: Holder, name: &str) -> Self {
         RLock {
-            holder: Arc::new(Holder::new(client, Box::new(ops))),
-            invalid,
+            holder: Arc::new(holder),
+            invalid: names::validate(name).err().map(Arc::from),
         }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.holder.client
     }
 
     /// The lock's name.
@@ -72,7 +68,7 @@ impl RLock {
         self.holder.name()
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match &self.invalid {
             Some(why) => Err(Error::InvalidArgument(why.to_string())),
             None => Ok(()),
@@ -200,14 +196,9 @@ impl RLock {
         self.holder.acquire(mode, Some(wait)).await
     }
 
-    async fn inspect(&self) -> Result<(bool, u32, i64)> {
+    async fn inspect(&self) -> Result<crate::lock::holder::Inspection> {
         self.check()?;
-        let call = ScriptCall::new(&LOCK_INSPECT)
-            .key(self.name())
-            .arg(&*self.holder.owner);
-        let (locked, holds, pttl): (i64, i64, i64) =
-            self.holder.inner().executor.run(&call, self.name()).await?;
-        Ok((locked == 1, u32::try_from(holds).unwrap_or(0), pttl))
+        self.holder.inspect().await
     }
 
     /// Whether anybody holds the lock.
@@ -228,10 +219,11 @@ impl RLock {
     /// # Ok(()) }
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.inspect().await?.0)
+        Ok(self.inspect().await?.locked)
     }
 
-    /// Whether this handle (this owner) holds the lock.
+    /// Whether this handle (this owner) holds the lock (for the read side of a read-write
+    /// lock: holds read holds; for the write side: holds the write lock).
     ///
     /// # Errors
     ///
@@ -249,7 +241,7 @@ impl RLock {
     /// # Ok(()) }
     /// ```
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.inspect().await?.1 > 0)
+        Ok(self.inspect().await?.holds > 0)
     }
 
     /// How many holds this handle has on the lock, as Redis counts them.
@@ -273,7 +265,7 @@ impl RLock {
     /// # Ok(()) }
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.inspect().await?.1)
+        Ok(self.inspect().await?.holds)
     }
 
     /// The lock's remaining lease: `None` when it is free or has no TTL (a foreign holder that
@@ -297,7 +289,7 @@ impl RLock {
     /// # Ok(()) }
     /// ```
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        let pttl = self.inspect().await?.2;
+        let pttl = self.inspect().await?.pttl;
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
@@ -324,161 +316,13 @@ impl RLock {
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
-        let call = ScriptCall::new(&LOCK_FORCE_UNLOCK)
-            .key(self.name())
-            .key(names::lock_channel(self.name()))
-            .arg(UNLOCK_MESSAGE);
-        let freed: i64 = self.holder.inner().executor.run(&call, self.name()).await?;
-        Ok(freed == 1)
-    }
-}
-
-#[derive(Debug)]
-struct RLockOps {
-    name: Arc<str>,
-    channel: String,
-    token_key: String,
-}
-
-impl LockOps for RLockOps {
-    fn name(&self) -> &Arc<str> {
-        &self.name
-    }
-
-    fn channel(&self) -> &str {
-        &self.channel
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<Acquired>> {
-        async move {
-            let call = ScriptCall::new(&LOCK_ACQUIRE)
-                .key(&*self.name)
-                .key(&self.token_key)
-                .arg(owner)
-                .arg(lease_ms);
-            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
-            parse_acquire(status, value)
-        }
-        .boxed()
-    }
-
-    fn release<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        request_id: &'a str,
-    ) -> BoxFuture<'a, Result<Released>> {
-        async move {
-            let call = ScriptCall::new(&LOCK_RELEASE)
-                .key(&*self.name)
-                .key(&self.channel)
-                .key(names::unlock_latch_key(&self.name, request_id))
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(client.config.unlock_latch_ttl().as_millis() as u64)
-                .arg(UNLOCK_MESSAGE);
-            let reply: Value = client.executor.run(&call, &self.name).await?;
-            parse_release(&reply)
-        }
-        .boxed()
-    }
-
-    fn repair<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        holds: u32,
-    ) -> BoxFuture<'a, Result<()>> {
-        async move {
-            let call = ScriptCall::new(&LOCK_REPAIR)
-                .key(&*self.name)
-                .key(&self.channel)
-                .arg(owner)
-                .arg(holds)
-                .arg(UNLOCK_MESSAGE);
-            let changed: i64 = client.executor.run(&call, &self.name).await?;
-            if changed == 1 {
-                tracing::debug!(lock = %self.name, holds, "hold count repaired");
-            }
-            Ok(())
-        }
-        .boxed()
-    }
-}
-
-fn parse_acquire(status: i64, value: i64) -> Result<Acquired> {
-    let token =
-        || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
-    match status {
-        1 => Ok(Acquired::Granted {
-            token: token()?,
-            fresh: true,
-        }),
-        2 => Ok(Acquired::Granted {
-            token: token()?,
-            fresh: false,
-        }),
-        0 => Ok(Acquired::Busy {
-            ttl: u64::try_from(value).ok().map(Duration::from_millis),
-        }),
-        other => Err(Error::unexpected(format!("acquire status {other}"))),
-    }
-}
-
-fn parse_release(reply: &Value) -> Result<Released> {
-    match reply {
-        Value::Nil => Ok(Released::NotOwner),
-        Value::Int(1) => Ok(Released::Freed),
-        Value::Int(0) => Ok(Released::StillHeld),
-        other => Err(Error::unexpected(format!("release answered {other:?}"))),
+        self.holder.force_unlock().await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn acquire_replies_are_parsed_strictly() {
-        assert_eq!(
-            parse_acquire(1, 5).unwrap(),
-            Acquired::Granted {
-                token: 5,
-                fresh: true
-            }
-        );
-        assert_eq!(
-            parse_acquire(2, 5).unwrap(),
-            Acquired::Granted {
-                token: 5,
-                fresh: false
-            }
-        );
-        assert_eq!(
-            parse_acquire(0, 1500).unwrap(),
-            Acquired::Busy {
-                ttl: Some(Duration::from_millis(1500))
-            }
-        );
-        assert_eq!(parse_acquire(0, -1).unwrap(), Acquired::Busy { ttl: None });
-        assert!(parse_acquire(1, -3).is_err());
-        assert!(parse_acquire(9, 0).is_err());
-    }
-
-    #[test]
-    fn release_replies_are_parsed_strictly() {
-        assert_eq!(parse_release(&Value::Nil).unwrap(), Released::NotOwner);
-        assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
-        assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
-        assert!(parse_release(&Value::Int(7)).is_err());
-        assert!(parse_release(&Value::Okay).is_err());
-    }
 
     #[test]
     fn handles_and_guards_are_send_sync_static() {

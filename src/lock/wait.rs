@@ -29,6 +29,7 @@ pub(crate) async fn acquire<T, F, Fut>(
     client: &ClientInner,
     channel: &str,
     wait: Option<Duration>,
+    max_nap: Option<Duration>,
     mut attempt: F,
 ) -> Result<Option<T>>
 where
@@ -58,6 +59,9 @@ where
             Attempt::Busy { ttl } => ttl,
         };
         let mut nap = ttl.map_or(recheck, |t| t.min(recheck));
+        if let Some(max) = max_nap {
+            nap = nap.min(max);
+        }
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {

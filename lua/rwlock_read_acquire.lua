@@ -1,0 +1,45 @@
+-- Takes a read hold of a read-write lock: shared with other readers, and with the owner's own
+-- write hold (write->read reentry). Each read hold gets its own timeout key with its own lease;
+-- the hash lives as long as the longest of them.
+--
+-- KEYS[1]  the lock: hash, 'mode' -> read|write, <owner> -> read holds, <owner>:write -> write holds
+-- KEYS[2]  this owner's read-hold timeout prefix ({name}:<owner>:rwlock_timeout); hold k is ':k'
+-- KEYS[3]  the fencing counter
+-- ARGV[1]  owner
+-- ARGV[2]  the owner's write field (<owner>:write)
+-- ARGV[3]  lease in ms
+--
+-- Replies: {1, token} the owner's first read hold (token from INCR); {2, token} one more (token:
+-- the counter's current value); {0, pttl} write-locked by another owner (pttl -1: no TTL).
+-- Errors: WRONGTYPE when a key holds another type; nothing is written then.
+
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+end
+local counter = redis.pcall('get', KEYS[3])
+if type(counter) == 'table' or (counter and not tonumber(counter)) then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if kind == 'hash' and not mode then
+  -- Another kind of lock (an RLock) holds this name.
+  return {0, redis.call('pttl', KEYS[1])}
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+
+local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+if not mode then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call('set', KEYS[2] .. ':' .. holds, 1, 'px', ARGV[3])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('pexpire', KEYS[1], ARGV[3])
+end
+if holds == 1 then
+  return {1, redis.call('incr', KEYS[3])}
+end
+return {2, tonumber(counter) or 0}

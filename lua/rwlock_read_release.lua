@@ -1,0 +1,62 @@
+-- Gives back one read hold. The hash then lives as long as the longest remaining read hold; when
+-- no live read hold is left (holders that died count as none), the lock is deleted and a waiting
+-- writer is woken. Safe to resend: the reply is kept in a latch keyed by the request id.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the lock's channel (redisson_rwlock:{name})
+-- KEYS[3]  this owner's read-hold timeout prefix
+-- KEYS[4]  the latch of this request
+-- ARGV[1]  owner
+-- ARGV[2]  latch TTL in ms
+-- ARGV[3]  the prefix every owner's timeout keys start with ({name}), for '<p>:<owner>:rwlock_timeout:<k>'
+--
+-- Replies: 1 the owner's last read hold went; 0 read holds of the owner remain; nil the owner
+-- had no read hold (nothing changed).
+-- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
+
+local done = redis.call('get', KEYS[4])
+if done then
+  return tonumber(done)
+end
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+end
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds or holds < 1 then
+  return nil
+end
+
+redis.call('del', KEYS[3] .. ':' .. holds)
+local reply = 0
+if holds > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+else
+  redis.call('hdel', KEYS[1], ARGV[1])
+  reply = 1
+end
+
+if redis.call('hget', KEYS[1], 'mode') == 'read' then
+  -- The hash lives as long as the longest live read hold, of any owner.
+  local longest = 0
+  local fields = redis.call('hgetall', KEYS[1])
+  for i = 1, #fields, 2 do
+    local count = tonumber(fields[i + 1])
+    if fields[i] ~= 'mode' and count then
+      for k = 1, count do
+        local ttl = redis.call('pttl', ARGV[3] .. ':' .. fields[i] .. ':rwlock_timeout:' .. k)
+        if ttl > longest then
+          longest = ttl
+        end
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+  else
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[2], '0')
+  end
+end
+redis.call('set', KEYS[4], reply, 'px', ARGV[2])
+return reply

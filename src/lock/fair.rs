@@ -1,0 +1,190 @@
+//! The fair lock's scripts: grants in arrival order, waiters keep their place by calling again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use redis::Value;
+
+use crate::client::ClientInner;
+use crate::error::Result;
+use crate::lock::holder::{Acquired, Inspection, LockOps, Released};
+use crate::lock::plain::{
+    UNLOCK_MESSAGE, inspect_field, latch_ttl_ms, parse_acquire, parse_release, run_force_unlock,
+    run_repair,
+};
+use crate::names;
+use crate::script::{
+    FAIR_ACQUIRE, FAIR_LEAVE, FAIR_RELEASE, LOCK_FORCE_UNLOCK, LOCK_REPAIR, ScriptCall,
+};
+use crate::watchdog::RenewTarget;
+
+/// A fair lock, Redisson's `RFairLock`: an [`RLock`](crate::RLock) that grants in the order the
+/// waiters arrived.
+///
+/// Besides the lock hash it keeps the queue `redisson_lock_queue:{name}` (owners) and
+/// `redisson_lock_timeout:{name}` (owner → the server time by which the waiter must call again
+/// to keep its place). A waiting `lock()` calls again at least every third of the client's
+/// [fair lock queue timeout](crate::ClientBuilder::fair_lock_queue_timeout) (5 s by default), so
+/// a waiter whose process died loses its place within that timeout, while a live one keeps it
+/// for as long as it waits. A waiter whose `lock()` future is dropped, or whose `try_lock_for`
+/// budget runs out, leaves the queue at once; `try_lock()` never joins it. A release wakes the
+/// first waiter on its own channel, `redisson_lock__channel:{name}:<owner>`. Deadlines use the
+/// Redis server's clock (`TIME`), never a client's.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let lock: ferrisson::RFairLock = client.get_fair_lock("print-queue");
+/// let guard = lock.lock().await?; // served after everybody who asked before
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+pub type RFairLock = crate::RLock;
+
+#[derive(Debug)]
+pub(crate) struct FairOps {
+    name: Arc<str>,
+    queue: String,
+    deadlines: String,
+    token_key: String,
+    /// `redisson_lock__channel:{name}`; a waiter's channel is `<prefix>:<owner>`.
+    channel_prefix: String,
+    queue_timeout: Duration,
+}
+
+impl FairOps {
+    pub(crate) fn new(name: &str, queue_timeout: Duration) -> Self {
+        FairOps {
+            name: Arc::from(name),
+            queue: names::derived("redisson_lock_queue", name),
+            deadlines: names::derived("redisson_lock_timeout", name),
+            token_key: names::token_key(name),
+            channel_prefix: names::lock_channel(name),
+            queue_timeout,
+        }
+    }
+}
+
+impl LockOps for FairOps {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channel(&self, owner: &str) -> String {
+        format!("{}:{owner}", self.channel_prefix)
+    }
+
+    fn renewal(&self, owner: &Arc<str>) -> RenewTarget {
+        RenewTarget::HashField {
+            key: self.name.clone(),
+            field: owner.clone(),
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+        waiting: bool,
+    ) -> BoxFuture<'a, Result<Acquired>> {
+        async move {
+            let call = ScriptCall::new(&FAIR_ACQUIRE)
+                .key(&*self.name)
+                .key(&self.queue)
+                .key(&self.deadlines)
+                .key(&self.token_key)
+                .arg(owner)
+                .arg(lease_ms)
+                .arg(self.queue_timeout.as_millis() as u64)
+                .arg(if waiting { "1" } else { "0" })
+                .arg(&self.channel_prefix);
+            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
+            parse_acquire(status, value)
+        }
+        .boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        lease_ms: u64,
+        request_id: &'a str,
+    ) -> BoxFuture<'a, Result<Released>> {
+        async move {
+            let call = ScriptCall::new(&FAIR_RELEASE)
+                .key(&*self.name)
+                .key(&self.queue)
+                .key(&self.deadlines)
+                .key(names::unlock_latch_key(&self.name, request_id))
+                .arg(owner)
+                .arg(lease_ms)
+                .arg(latch_ttl_ms(client))
+                .arg(&self.channel_prefix);
+            let reply: Value = client.executor.run(&call, &self.name).await?;
+            parse_release(&reply)
+        }
+        .boxed()
+    }
+
+    fn repair<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        holds: u32,
+    ) -> BoxFuture<'a, Result<()>> {
+        let call = ScriptCall::new(&LOCK_REPAIR)
+            .key(&*self.name)
+            .key(&self.channel_prefix)
+            .key(&self.queue)
+            .arg(owner)
+            .arg(holds)
+            .arg(UNLOCK_MESSAGE);
+        run_repair(client, call, &self.name, holds).boxed()
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Inspection>> {
+        inspect_field(client, &self.name, owner).boxed()
+    }
+
+    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>> {
+        let call = ScriptCall::new(&LOCK_FORCE_UNLOCK)
+            .key(&*self.name)
+            .key(&self.channel_prefix)
+            .key(&self.queue)
+            .arg(UNLOCK_MESSAGE);
+        run_force_unlock(client, call, &self.name).boxed()
+    }
+
+    fn max_nap(&self) -> Option<Duration> {
+        Some(self.queue_timeout / 3)
+    }
+
+    fn leave<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        let call = ScriptCall::new(&FAIR_LEAVE)
+            .key(&*self.name)
+            .key(&self.queue)
+            .key(&self.deadlines)
+            .arg(owner)
+            .arg(&self.channel_prefix);
+        Some(
+            async move {
+                let _: i64 = client.executor.run(&call, &self.name).await?;
+                Ok(())
+            }
+            .boxed(),
+        )
+    }
+}

@@ -1,0 +1,179 @@
+//! `RFencedLock`: an RLock whose methods hand out the fencing token first.
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::lock::guard::LockGuard;
+use crate::lock::rlock::RLock;
+use crate::names;
+
+/// Redisson's `RFencedLock`: a reentrant lock whose acquire methods return the fencing token
+/// together with the guard, for code that must pass a token with every write.
+///
+/// Every ferrisson lock has tokens (see [`LockGuard::fencing_token`]); this handle only puts them
+/// first. Tokens come from the counter `redisson_lock_token:{name}`, incremented on every new
+/// grant by any client and never deleted or expired by ferrisson (`force_unlock` included), so
+/// they never go backwards. It dereferences to [`RLock`] for everything else.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let lock = client.get_fenced_lock("ledger");
+/// let (token, guard) = lock.lock_and_get_token().await?;
+/// // storage.write_if_token_at_least(token, ...)
+/// # let _ = token;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RFencedLock {
+    lock: RLock,
+}
+
+impl RFencedLock {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
+        RFencedLock {
+            lock: RLock::new(client, name),
+        }
+    }
+
+    /// Waits for the lock (watchdog lease) and returns its token and guard.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RFencedLock) -> ferrisson::Result<()> {
+    /// let (token, guard) = lock.lock_and_get_token().await?;
+    /// # let _ = token;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_and_get_token(&self) -> Result<(u64, LockGuard)> {
+        self.lock.lock().await.map(with_token)
+    }
+
+    /// Waits for the lock with a fixed `lease` and returns its token and guard.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::lock_with_lease`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RFencedLock) -> ferrisson::Result<()> {
+    /// let (token, guard) = lock.lock_and_get_token_with_lease(std::time::Duration::from_secs(5)).await?;
+    /// # let _ = token;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_and_get_token_with_lease(&self, lease: Duration) -> Result<(u64, LockGuard)> {
+        self.lock.lock_with_lease(lease).await.map(with_token)
+    }
+
+    /// One attempt; `Ok(None)` when the lock is taken.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::try_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RFencedLock) -> ferrisson::Result<()> {
+    /// if let Some((token, guard)) = lock.try_lock_and_get_token().await? {
+    ///     # let _ = token;
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_and_get_token(&self) -> Result<Option<(u64, LockGuard)>> {
+        Ok(self.lock.try_lock().await?.map(with_token))
+    }
+
+    /// Waits at most `wait`; with `lease` the lease is fixed, without it the watchdog renews.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RFencedLock) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some((token, guard)) = lock.try_lock_and_get_token_for(Duration::from_secs(1), None).await? {
+    ///     # let _ = token;
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_and_get_token_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<(u64, LockGuard)>> {
+        Ok(self.lock.try_lock_for(wait, lease).await?.map(with_token))
+    }
+
+    /// The last token handed out for this name (by any client), `None` before the first grant.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the counter key holds something else;
+    /// [`Error::Redis`](crate::Error::Redis); [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RFencedLock) -> ferrisson::Result<()> {
+    /// println!("last token: {:?}", lock.token().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn token(&self) -> Result<Option<u64>> {
+        self.lock.check()?;
+        let key = names::token_key(self.lock.name());
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&key);
+        self.lock.client().inner.executor.command(&cmd, &key).await
+    }
+}
+
+fn with_token(guard: LockGuard) -> (u64, LockGuard) {
+    (guard.fencing_token(), guard)
+}
+
+impl Deref for RFencedLock {
+    type Target = RLock;
+
+    fn deref(&self) -> &RLock {
+        &self.lock
+    }
+}
