@@ -3,12 +3,10 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::{RedisServer, builder, client};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use support::{HolderProcess, RedisServer, builder, client};
 
 const LEASE: Duration = Duration::from_millis(600);
 
@@ -167,39 +165,18 @@ async fn a_fixed_lease_expires_and_its_stale_unlock_leaves_the_new_holder_alone(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_within_its_lease() {
     let server = RedisServer::start();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
-        .args([&server.url(), "orphan", &LEASE.as_millis().to_string()])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("the holder process locks within 10 s")
-        .unwrap()
-        .unwrap();
-    let dead_token: u64 = line.strip_prefix("LOCKED ").unwrap().parse().unwrap();
+    let mut holder = HolderProcess::spawn(&server, "orphan", LEASE.as_millis() as u64, "lock");
+    let dead_token = holder.locked(Duration::from_secs(10)).await;
 
     // Outlive a few renewals first: the lease only runs out because the holder is dead.
     let client = client(&server).await;
     let lock = client.get_lock("orphan");
-    assert!(
-        lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(),
-        "the live holder kept it"
-    );
-    child.start_kill().unwrap();
+    assert!(lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(), "the live holder kept it");
+    holder.kill().await;
     let killed = Instant::now();
-    child.wait().await.unwrap();
-    let guard = tokio::time::timeout(LEASE * 4, lock.lock())
-        .await
-        .expect("freed by the lease")
-        .unwrap();
+    let guard = tokio::time::timeout(LEASE * 4, lock.lock()).await.expect("freed by the lease").unwrap();
     let freed_after = killed.elapsed();
-    assert!(
-        freed_after <= LEASE + Duration::from_millis(200),
-        "freed after {freed_after:?}"
-    );
+    assert!(freed_after <= LEASE + Duration::from_millis(200), "freed after {freed_after:?}");
     assert!(guard.fencing_token() > dead_token);
     guard.unlock().await.unwrap();
 }

@@ -1,37 +1,42 @@
 //! A process that takes a lock and keeps it until it is killed: the tests kill it with SIGKILL
-//! to show a dead holder frees the lock within its lease.
+//! to show a dead holder (or a dead waiter) stops counting within its lease.
 //!
-//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <watchdog-ms>`. Prints
-//! `LOCKED <fencing-token>` once it holds the lock.
+//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]`, where
+//! `<ms>` is the watchdog timeout and the fair lock queue timeout. Prints `LOCKED <token>` once
+//! it holds the lock; a fair waiter is queued while it waits.
 
 use std::time::Duration;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, name, lease_ms] = args.as_slice() else {
-        eprintln!("usage: ferrisson-test-holder <redis-url> <lock-name> <watchdog-ms>");
-        std::process::exit(2);
+    let (url, name, ms, kind) = match args.as_slice() {
+        [_, url, name, ms] => (url, name, ms, "lock"),
+        [_, url, name, ms, kind] => (url, name, ms, kind.as_str()),
+        _ => fail(2, "usage: ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]"),
     };
-    let lease_ms: u64 = lease_ms.parse().unwrap_or_else(|_| {
-        eprintln!("watchdog-ms must be a number of milliseconds");
-        std::process::exit(2);
-    });
+    let ms: u64 = ms.parse().unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
     let client = ferrisson::Client::builder()
         .url(url.as_str())
-        .watchdog_timeout(Duration::from_millis(lease_ms))
+        .watchdog_timeout(Duration::from_millis(ms))
+        .fair_lock_queue_timeout(Duration::from_millis(ms))
         .build()
         .await
-        .unwrap_or_else(|e| {
-            eprintln!("cannot connect: {e}");
-            std::process::exit(1);
-        });
-    let guard = client.get_lock(name).lock().await.unwrap_or_else(|e| {
-        eprintln!("cannot lock: {e}");
-        std::process::exit(1);
-    });
+        .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+    let lock = match kind {
+        "lock" => client.get_lock(name),
+        "read" => client.get_read_write_lock(name).read_lock(),
+        "write" => client.get_read_write_lock(name).write_lock(),
+        "fair" => client.get_fair_lock(name),
+        other => fail(2, &format!("unknown lock kind {other}")),
+    };
+    let guard = lock.lock().await.unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
     println!("LOCKED {}", guard.fencing_token());
     guard.lost().await;
-    eprintln!("lease lost");
-    std::process::exit(3);
+    fail(3, "lease lost");
+}
+
+fn fail(code: i32, message: &str) -> ! {
+    eprintln!("{message}");
+    std::process::exit(code);
 }

@@ -45,3 +45,45 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A `ferrisson-test-holder` process: it takes the lock `name` of `kind` (lock, read, write,
+/// fair) with `ms` as its watchdog and fair queue timeout. Killed on drop.
+pub struct HolderProcess {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl HolderProcess {
+    pub fn spawn(server: &RedisServer, name: &str, ms: u64, kind: &str) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
+            .args([&server.url(), name, &ms.to_string(), kind])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the holder process starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        HolderProcess {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// Waits (at most `within`) until the process holds the lock; returns its fencing token.
+    pub async fn locked(&mut self, within: Duration) -> u64 {
+        let line = tokio::time::timeout(within, self.lines.next_line())
+            .await
+            .expect("the holder process locks in time")
+            .expect("its stdout")
+            .expect("a LOCKED line");
+        line.strip_prefix("LOCKED ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected line from the holder: {line}"))
+    }
+
+    /// SIGKILL, and wait until it is gone.
+    pub async fn kill(&mut self) {
+        self.child.start_kill().expect("kill the holder");
+        self.child.wait().await.expect("reap the holder");
+    }
+}
