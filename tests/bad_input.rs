@@ -208,3 +208,75 @@ fn a_client_outside_a_tokio_runtime_is_a_config_error() {
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_kind_refuses_bad_names_and_foreign_types() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    for lock in [
+        client.get_fair_lock(""),
+        client.get_read_write_lock("").read_lock(),
+        client.get_read_write_lock("a{").write_lock(),
+    ] {
+        assert!(matches!(lock.lock().await, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            lock.force_unlock().await,
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    let mut raw = server.raw().await;
+    let _: () = raw
+        .set("redisson_lock_queue:{fq}", "not a list")
+        .await
+        .unwrap();
+    let err = client.get_fair_lock("fq").lock().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key } if key == "redisson_lock_queue:{fq}"),
+        "{err:?}"
+    );
+    let exists: bool = raw.exists("fq").await.unwrap();
+    assert!(!exists, "nothing written");
+
+    let _: () = raw.set("rw-string", "x").await.unwrap();
+    let rw = client.get_read_write_lock("rw-string");
+    assert!(matches!(
+        rw.read_lock().lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        rw.write_lock().try_lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        rw.read_lock().hold_count().await,
+        Err(Error::WrongType { .. })
+    ));
+
+    // An RLock hash under a read-write lock's name (and the other way round) is just "taken".
+    let plain = client.get_lock("mixed-kinds").lock().await.unwrap();
+    let rw = client.get_read_write_lock("mixed-kinds");
+    assert!(rw.read_lock().try_lock().await.unwrap().is_none());
+    assert!(rw.write_lock().try_lock().await.unwrap().is_none());
+    plain.unlock().await.unwrap();
+    let w = rw.write_lock().lock().await.unwrap();
+    assert!(
+        client
+            .get_lock("mixed-kinds")
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    w.unlock().await.unwrap();
+    let mut left: Vec<String> = raw.keys("*").await.unwrap();
+    left.retain(|k| !k.starts_with("redisson_unlock_latch:"));
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "redisson_lock_queue:{fq}",
+            "redisson_lock_token:{mixed-kinds}",
+            "rw-string"
+        ]
+    );
+}

@@ -21,15 +21,37 @@ async fn readers_share_and_writers_exclude() {
     let c = client.get_read_write_lock("doc");
 
     let ra = a.read_lock().lock().await.unwrap();
-    let rb = b.read_lock().try_lock().await.unwrap().expect("readers share");
-    assert!(c.write_lock().try_lock().await.unwrap().is_none(), "a writer waits for readers");
+    let rb = b
+        .read_lock()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("readers share");
+    assert!(
+        c.write_lock().try_lock().await.unwrap().is_none(),
+        "a writer waits for readers"
+    );
     ra.unlock().await.unwrap();
-    assert!(c.write_lock().try_lock().await.unwrap().is_none(), "one reader is enough to exclude");
+    assert!(
+        c.write_lock().try_lock().await.unwrap().is_none(),
+        "one reader is enough to exclude"
+    );
     rb.unlock().await.unwrap();
 
-    let w = c.write_lock().try_lock().await.unwrap().expect("free once the readers left");
-    assert!(a.read_lock().try_lock().await.unwrap().is_none(), "a writer excludes readers");
-    assert!(b.write_lock().try_lock().await.unwrap().is_none(), "a writer excludes writers");
+    let w = c
+        .write_lock()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free once the readers left");
+    assert!(
+        a.read_lock().try_lock().await.unwrap().is_none(),
+        "a writer excludes readers"
+    );
+    assert!(
+        b.write_lock().try_lock().await.unwrap().is_none(),
+        "a writer excludes writers"
+    );
     assert!(c.write_lock().is_held().await.unwrap());
     assert!(!c.read_lock().is_held().await.unwrap());
     w.unlock().await.unwrap();
@@ -45,7 +67,12 @@ async fn write_holds_are_reentrant_and_the_writer_may_read() {
     let w2 = rw.write_lock().lock().await.unwrap();
     assert_eq!(w1.fencing_token(), w2.fencing_token());
     let r1 = rw.read_lock().lock().await.unwrap();
-    let r2 = rw.read_lock().try_lock().await.unwrap().expect("write->read reentry");
+    let r2 = rw
+        .read_lock()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("write->read reentry");
     assert_eq!(rw.write_lock().hold_count().await.unwrap(), 2);
     assert_eq!(rw.read_lock().hold_count().await.unwrap(), 2);
     let other = client.get_read_write_lock("reentry");
@@ -81,7 +108,10 @@ async fn releasing_the_write_hold_while_reading_downgrades() {
         .unwrap()
         .unwrap();
     let third = client.get_read_write_lock("downgrade");
-    assert!(third.write_lock().try_lock().await.unwrap().is_none(), "still read-locked");
+    assert!(
+        third.write_lock().try_lock().await.unwrap().is_none(),
+        "still read-locked"
+    );
     r.unlock().await.unwrap();
     other_read.unlock().await.unwrap();
     assert!(!rw.read_lock().is_locked().await.unwrap());
@@ -95,16 +125,29 @@ async fn a_reader_asking_to_write_is_refused_at_once() {
     let r = rw.read_lock().lock().await.unwrap();
     let started = Instant::now();
     let err = rw.write_lock().lock().await.unwrap_err();
-    assert!(matches!(&err, Error::UpgradeNotSupported { name } if name == "upgrade"), "{err:?}");
+    assert!(
+        matches!(&err, Error::UpgradeNotSupported { name } if name == "upgrade"),
+        "{err:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(err.to_string().contains("upgrade"));
     // Also when other readers are in.
     let other = client.get_read_write_lock("upgrade");
     let r2 = other.read_lock().lock().await.unwrap();
-    assert!(matches!(rw.write_lock().try_lock_for(Duration::from_secs(5), None).await, Err(Error::UpgradeNotSupported { .. })));
+    assert!(matches!(
+        rw.write_lock()
+            .try_lock_for(Duration::from_secs(5), None)
+            .await,
+        Err(Error::UpgradeNotSupported { .. })
+    ));
     r2.unlock().await.unwrap();
     r.unlock().await.unwrap();
-    let w = rw.write_lock().try_lock().await.unwrap().expect("free after the reads");
+    let w = rw
+        .write_lock()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the reads");
     w.unlock().await.unwrap();
 }
 
@@ -119,8 +162,16 @@ async fn the_layout_and_messages_follow_redisson() {
     let mut messages = pubsub.into_on_message();
 
     let rw = client.get_read_write_lock("layout");
-    let r1 = rw.read_lock().lock_with_lease(Duration::from_secs(20)).await.unwrap();
-    let r2 = rw.read_lock().lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let r1 = rw
+        .read_lock()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let r2 = rw
+        .read_lock()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
     let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
     let owner = fields.iter().find(|(f, _)| f != "mode").unwrap().0.clone();
     assert!(owner.starts_with(&client.id().to_string()));
@@ -133,8 +184,15 @@ async fn the_layout_and_messages_follow_redisson() {
     }
     r2.unlock().await.unwrap();
     r1.unlock().await.unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.unwrap().unwrap();
-    assert_eq!(msg.get_payload::<String>().unwrap(), "0", "the last reader's release wakes one");
+    let msg = tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "0",
+        "the last reader's release wakes one"
+    );
 
     let w = rw.write_lock().lock().await.unwrap();
     let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
@@ -143,8 +201,15 @@ async fn the_layout_and_messages_follow_redisson() {
     let token: u64 = raw.get("redisson_lock_token:{layout}").await.unwrap();
     assert_eq!(token, w.fencing_token());
     w.unlock().await.unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(2), messages.next()).await.unwrap().unwrap();
-    assert_eq!(msg.get_payload::<String>().unwrap(), "1", "a write release wakes everybody");
+    let msg = tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "1",
+        "a write release wakes everybody"
+    );
     // Left: the fencing counter, and the release latches until their few seconds are up.
     let mut left: Vec<String> = raw.keys("*").await.unwrap();
     left.retain(|k| !k.starts_with("redisson_unlock_latch:{layout}:"));
@@ -160,9 +225,16 @@ async fn a_short_read_lease_never_shortens_a_long_one() {
     let long_lease = Duration::from_millis(1500);
     let acquired = Instant::now();
     let _g_long = long.read_lock().lock_with_lease(long_lease).await.unwrap();
-    let _g_short = short.read_lock().lock_with_lease(Duration::from_millis(200)).await.unwrap();
+    let _g_short = short
+        .read_lock()
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
     let ttl = long.read_lock().remaining_ttl().await.unwrap().unwrap();
-    assert!(ttl > Duration::from_millis(1300), "the hash follows the longest hold: {ttl:?}");
+    assert!(
+        ttl > Duration::from_millis(1300),
+        "the hash follows the longest hold: {ttl:?}"
+    );
 
     let writer = client.get_read_write_lock("leases");
     let w = tokio::time::timeout(Duration::from_secs(5), writer.write_lock().lock())
@@ -170,8 +242,14 @@ async fn a_short_read_lease_never_shortens_a_long_one() {
         .expect("the writer gets in once the longest lease ends")
         .unwrap();
     let waited = acquired.elapsed();
-    assert!(waited >= long_lease - Duration::from_millis(50), "got in before the long lease ended: {waited:?}");
-    assert!(waited <= long_lease + Duration::from_millis(600), "got in late: {waited:?}");
+    assert!(
+        waited >= long_lease - Duration::from_millis(50),
+        "got in before the long lease ended: {waited:?}"
+    );
+    assert!(
+        waited <= long_lease + Duration::from_millis(600),
+        "got in late: {waited:?}"
+    );
     w.unlock().await.unwrap();
 }
 
@@ -181,7 +259,11 @@ async fn a_killed_reader_stops_counting_while_another_reader_renews() {
     let lease = Duration::from_millis(600);
     let mut dead = HolderProcess::spawn(&server, "readers", lease.as_millis() as u64, "read");
     dead.locked(Duration::from_secs(10)).await;
-    let client = builder(&server).watchdog_timeout(lease).build().await.unwrap();
+    let client = builder(&server)
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
     let live = client.get_read_write_lock("readers");
     let live_guard = live.read_lock().lock().await.unwrap();
     dead.kill().await;
@@ -192,14 +274,27 @@ async fn a_killed_reader_stops_counting_while_another_reader_renews() {
     let task = tokio::spawn(async move { write.lock().await });
     // The live reader renews its own holds the whole time; the dead one's expire.
     tokio::time::sleep(lease * 2).await;
-    assert!(!task.is_finished(), "the writer must still wait for the live reader");
+    assert!(
+        !task.is_finished(),
+        "the writer must still wait for the live reader"
+    );
     assert!(!live_guard.is_lost());
     let mut raw = server.raw().await;
     let fields: Vec<String> = raw.hkeys("readers").await.unwrap();
-    assert!(fields.len() >= 2, "mode and the live reader remain: {fields:?}");
+    assert!(
+        fields.len() >= 2,
+        "mode and the live reader remain: {fields:?}"
+    );
     live_guard.unlock().await.unwrap();
-    let w = tokio::time::timeout(Duration::from_secs(3), task).await.expect("the writer gets in").unwrap().unwrap();
-    assert!(killed.elapsed() >= lease, "the dead reader's lease was honoured");
+    let w = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the writer gets in")
+        .unwrap()
+        .unwrap();
+    assert!(
+        killed.elapsed() >= lease,
+        "the dead reader's lease was honoured"
+    );
     w.unlock().await.unwrap();
 
     // A dead reader alone: the writer gets in once its lease has run out.
@@ -212,7 +307,11 @@ async fn a_killed_reader_stops_counting_while_another_reader_renews() {
         .await
         .expect("freed by the dead reader's lease")
         .unwrap();
-    assert!(killed.elapsed() <= lease + Duration::from_millis(300), "took {:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() <= lease + Duration::from_millis(300),
+        "took {:?}",
+        killed.elapsed()
+    );
     w2.unlock().await.unwrap();
 }
 
@@ -220,7 +319,11 @@ async fn a_killed_reader_stops_counting_while_another_reader_renews() {
 async fn a_writer_purges_a_dead_reader_even_while_a_live_one_renews() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(600);
-    let client = builder(&server).watchdog_timeout(lease).build().await.unwrap();
+    let client = builder(&server)
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
     // The live reader and the writer take turns without overlapping; only the dead reader's
     // holds would keep the writer out if they were kept alive by the live reader's renewals.
     let mut dead = HolderProcess::spawn(&server, "mixed", lease.as_millis() as u64, "read");
@@ -237,7 +340,10 @@ async fn a_writer_purges_a_dead_reader_even_while_a_live_one_renews() {
             w.unlock().await.unwrap();
             break;
         }
-        assert!(killed.elapsed() < lease * 3, "the dead reader kept the writer out");
+        assert!(
+            killed.elapsed() < lease * 3,
+            "the dead reader kept the writer out"
+        );
     }
     assert!(killed.elapsed() >= lease - Duration::from_millis(100));
 }
@@ -263,9 +369,16 @@ async fn many_readers_and_writers_never_mix() {
                     if writer {
                         let g = rw.write_lock().lock().await.unwrap();
                         assert_eq!(writers_in.fetch_add(1, Ordering::SeqCst), 0, "two writers");
-                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "a writer among readers");
+                        assert_eq!(
+                            readers_in.load(Ordering::SeqCst),
+                            0,
+                            "a writer among readers"
+                        );
                         let token = g.fencing_token() as i64;
-                        assert!(last.swap(token, Ordering::SeqCst) < token, "write tokens go up");
+                        assert!(
+                            last.swap(token, Ordering::SeqCst) < token,
+                            "write tokens go up"
+                        );
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         writers_in.fetch_sub(1, Ordering::SeqCst);
                         writes.fetch_add(1, Ordering::SeqCst);
@@ -273,7 +386,11 @@ async fn many_readers_and_writers_never_mix() {
                     } else {
                         let g = rw.read_lock().lock().await.unwrap();
                         readers_in.fetch_add(1, Ordering::SeqCst);
-                        assert_eq!(writers_in.load(Ordering::SeqCst), 0, "a reader beside a writer");
+                        assert_eq!(
+                            writers_in.load(Ordering::SeqCst),
+                            0,
+                            "a reader beside a writer"
+                        );
                         if (c + h + round) % 3 == 0 {
                             tokio::time::sleep(Duration::from_millis(3)).await;
                         }
@@ -286,7 +403,10 @@ async fn many_readers_and_writers_never_mix() {
         }
     }
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t).await.expect("nobody starves for a minute").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("nobody starves for a minute")
+            .unwrap();
     }
     assert_eq!(writes.load(Ordering::SeqCst), 3 * 12);
     assert_eq!(reads.load(Ordering::SeqCst), 3 * 3 * 12);
@@ -315,7 +435,11 @@ async fn a_writer_behind_a_steady_stream_of_readers() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let writer = client.get_read_write_lock("stream");
     let started = Instant::now();
-    let during = writer.write_lock().try_lock_for(Duration::from_secs(1), None).await.unwrap();
+    let during = writer
+        .write_lock()
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap();
     let starved = during.is_none();
     if let Some(g) = during {
         g.unlock().await.unwrap();
@@ -339,20 +463,44 @@ async fn read_and_write_cycles_cost_one_round_trip_each_way() {
     let client = client(&server).await;
     let rw = client.get_read_write_lock("trips");
     rw.read_lock().lock().await.unwrap().unlock().await.unwrap();
-    rw.write_lock().lock().await.unwrap().unlock().await.unwrap();
+    rw.write_lock()
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
     let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     for _ in 0..50 {
         rw.read_lock().lock().await.unwrap().unlock().await.unwrap();
-        rw.write_lock().lock().await.unwrap().unlock().await.unwrap();
+        rw.write_lock()
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
     }
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut raw).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let calls = |name: &str| -> u64 {
         info.lines()
             .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
             .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
             .unwrap_or(0)
     };
-    assert_eq!(calls("evalsha"), 200, "one EVALSHA per acquire and per release");
+    assert_eq!(
+        calls("evalsha"),
+        200,
+        "one EVALSHA per acquire and per release"
+    );
     assert_eq!(calls("subscribe") + calls("script|load") + calls("eval"), 0);
 }

@@ -171,12 +171,21 @@ async fn a_killed_holder_process_frees_the_lock_within_its_lease() {
     // Outlive a few renewals first: the lease only runs out because the holder is dead.
     let client = client(&server).await;
     let lock = client.get_lock("orphan");
-    assert!(lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(), "the live holder kept it");
+    assert!(
+        lock.try_lock_for(LEASE * 2, None).await.unwrap().is_none(),
+        "the live holder kept it"
+    );
     holder.kill().await;
     let killed = Instant::now();
-    let guard = tokio::time::timeout(LEASE * 4, lock.lock()).await.expect("freed by the lease").unwrap();
+    let guard = tokio::time::timeout(LEASE * 4, lock.lock())
+        .await
+        .expect("freed by the lease")
+        .unwrap();
     let freed_after = killed.elapsed();
-    assert!(freed_after <= LEASE + Duration::from_millis(200), "freed after {freed_after:?}");
+    assert!(
+        freed_after <= LEASE + Duration::from_millis(200),
+        "freed after {freed_after:?}"
+    );
     assert!(guard.fencing_token() > dead_token);
     guard.unlock().await.unwrap();
 }

@@ -13,9 +13,14 @@ async fn main() {
     let (url, name, ms, kind) = match args.as_slice() {
         [_, url, name, ms] => (url, name, ms, "lock"),
         [_, url, name, ms, kind] => (url, name, ms, kind.as_str()),
-        _ => fail(2, "usage: ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]"),
+        _ => fail(
+            2,
+            "usage: ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]",
+        ),
     };
-    let ms: u64 = ms.parse().unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
+    let ms: u64 = ms
+        .parse()
+        .unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
     let client = ferrisson::Client::builder()
         .url(url.as_str())
         .watchdog_timeout(Duration::from_millis(ms))
@@ -30,7 +35,10 @@ async fn main() {
         "fair" => client.get_fair_lock(name),
         other => fail(2, &format!("unknown lock kind {other}")),
     };
-    let guard = lock.lock().await.unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+    let guard = lock
+        .lock()
+        .await
+        .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
     println!("LOCKED {}", guard.fencing_token());
     guard.lost().await;
     fail(3, "lease lost");

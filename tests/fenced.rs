@@ -1,0 +1,86 @@
+//! RFencedLock: tokens first, strictly increasing across clients, surviving force_unlock.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use support::{RedisServer, client};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_across_clients_and_survive_force_unlock() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let fa = a.get_fenced_lock("fenced");
+    let fb = b.get_fenced_lock("fenced");
+    assert_eq!(fa.token().await.unwrap(), None, "no grant yet");
+
+    let mut last = 0;
+    for round in 0..10 {
+        let lock = if round % 2 == 0 { &fa } else { &fb };
+        let (token, guard) = match round % 4 {
+            0 => lock.lock_and_get_token().await.unwrap(),
+            1 => lock.try_lock_and_get_token().await.unwrap().expect("free"),
+            2 => lock
+                .lock_and_get_token_with_lease(Duration::from_secs(5))
+                .await
+                .unwrap(),
+            _ => lock
+                .try_lock_and_get_token_for(Duration::from_secs(1), None)
+                .await
+                .unwrap()
+                .expect("free"),
+        };
+        assert!(token > last, "token {token} after {last}");
+        assert_eq!(token, guard.fencing_token());
+        assert_eq!(fa.token().await.unwrap(), Some(token));
+        last = token;
+        if round == 5 {
+            // Forced open: the counter is untouched, the next grant goes on from it.
+            assert!(fb.force_unlock().await.unwrap());
+            assert!(guard.unlock().await.is_err());
+        } else {
+            guard.unlock().await.unwrap();
+        }
+    }
+    let mut raw = server.raw().await;
+    let ttl: i64 = raw.pttl("redisson_lock_token:{fenced}").await.unwrap();
+    assert_eq!(ttl, -1, "the counter never expires");
+
+    // Reentrant holds share their first token; a fenced lock and a plain lock of one name share
+    // the counter.
+    let (t1, g1) = fa.lock_and_get_token().await.unwrap();
+    let (t2, g2) = fa.lock_and_get_token().await.unwrap();
+    assert_eq!(t1, t2);
+    g2.unlock().await.unwrap();
+    g1.unlock().await.unwrap();
+    let plain = a.get_lock("fenced").lock().await.unwrap();
+    assert_eq!(plain.fencing_token(), t1 + 1);
+    plain.unlock().await.unwrap();
+    assert!(
+        !fa.is_locked().await.unwrap(),
+        "RLock's methods through Deref"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_key_of_another_type_is_wrong_type() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    let _: () = raw.sadd("redisson_lock_token:{odd}", "x").await.unwrap();
+    let lock = client.get_fenced_lock("odd");
+    assert!(matches!(
+        lock.token().await,
+        Err(ferrisson::Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        lock.lock_and_get_token().await,
+        Err(ferrisson::Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        client.get_fenced_lock("").token().await,
+        Err(ferrisson::Error::InvalidArgument(_))
+    ));
+}
