@@ -15,15 +15,7 @@ const ROUNDS: usize = 5;
 
 #[tokio::main]
 async fn main() -> ferrisson::Result<()> {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = server::RedisServer::start();
-            let url = server.url();
-            println!("started a temporary redis-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = server::env_or_temporary();
     let clients = [
         ferrisson::Client::connect(&url).await?,
         ferrisson::Client::connect(&url).await?,

@@ -342,3 +342,17 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// `REDIS_URL` when set; otherwise a temporary server of our own (kept alive by the returned
+/// handle). For the examples.
+pub fn env_or_temporary() -> (Option<RedisServer>, String) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = RedisServer::start();
+            let url = server.url();
+            println!("started a temporary redis-server at {url}");
+            (Some(server), url)
+        }
+    }
+}
