@@ -19,7 +19,10 @@ impl Store {
     fn write(&self, token: u64, what: &str) -> bool {
         let mut highest = self.highest.lock().unwrap();
         if token < *highest {
-            println!("store: refused `{what}` with stale token {token} (seen {})", *highest);
+            println!(
+                "store: refused `{what}` with stale token {token} (seen {})",
+                *highest
+            );
             return false;
         }
         *highest = token;
@@ -35,7 +38,9 @@ async fn main() -> ferrisson::Result<()> {
     let store = Store::default();
 
     let slow = client.get_fenced_lock("ledger");
-    let (old_token, old_guard) = slow.lock_and_get_token_with_lease(Duration::from_millis(200)).await?;
+    let (old_token, old_guard) = slow
+        .lock_and_get_token_with_lease(Duration::from_millis(200))
+        .await?;
     store.write(old_token, "slow holder, first write");
     tokio::time::sleep(Duration::from_millis(300)).await; // a long pause: the lease runs out
     println!("slow holder's lease lost: {}", old_guard.is_lost());
@@ -45,7 +50,14 @@ async fn main() -> ferrisson::Result<()> {
     store.write(new_token, "new holder");
     store.write(old_token, "slow holder, after its pause");
     new_guard.unlock().await?;
-    println!("stale unlock: {}", old_guard.unlock().await.map(|_| "ok".into()).unwrap_or_else(|e| e.to_string()));
+    println!(
+        "stale unlock: {}",
+        old_guard
+            .unlock()
+            .await
+            .map(|_| "ok".into())
+            .unwrap_or_else(|e| e.to_string())
+    );
     println!("last token handed out: {:?}", fast.token().await?);
     Ok(())
 }

@@ -33,7 +33,11 @@ async fn main() -> ferrisson::Result<()> {
     let read = doc.read_lock().lock().await?; // the writer may read too
     write.unlock().await?; // ... and is now a plain reader: others may read again
     let other = client.get_read_write_lock("doc:readme");
-    let shared = other.read_lock().try_lock().await?.expect("downgraded to a read lock");
+    let shared = other
+        .read_lock()
+        .try_lock()
+        .await?
+        .expect("downgraded to a read lock");
     println!("downgraded: another reader got in beside the former writer");
     shared.unlock().await?;
     read.unlock().await?;
@@ -41,7 +45,12 @@ async fn main() -> ferrisson::Result<()> {
     match doc.read_lock().lock().await {
         Ok(r) => {
             let refused = doc.write_lock().try_lock().await;
-            println!("a reader asking to write: {}", refused.map(|_| "granted?!".to_string()).unwrap_or_else(|e| e.to_string()));
+            println!(
+                "a reader asking to write: {}",
+                refused
+                    .map(|_| "granted?!".to_string())
+                    .unwrap_or_else(|e| e.to_string())
+            );
             r.unlock().await?;
         }
         Err(e) => return Err(e),

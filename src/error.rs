@@ -50,6 +50,27 @@ pub enum Error {
         name: String,
     },
 
+    /// Some parts of a [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock) failed to
+    /// release (or to acquire); one error per failed part. The other parts were handled all the
+    /// same.
+    #[error("{} part(s) failed: {}", errors.len(), join(errors))]
+    Multiple {
+        /// One error per failed part.
+        errors: Vec<Error>,
+    },
+
+    /// A [`RedLock`](crate::RedLock) could not reach a majority of its instances: fewer than
+    /// `needed` of `total` answered (the others failed or did not answer in time).
+    #[error("only {answered} of {total} redis instances answered; a quorum needs {needed}")]
+    QuorumNotReached {
+        /// Instances that answered (granted or refused).
+        answered: usize,
+        /// The majority: `total / 2 + 1`.
+        needed: usize,
+        /// Instances of the RedLock.
+        total: usize,
+    },
+
     /// An argument was refused before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -69,6 +90,17 @@ pub enum Error {
     /// cache, or a proxy in the way).
     #[error("unexpected reply from redis: {0}")]
     UnexpectedReply(String),
+}
+
+fn join(errors: &[Error]) -> String {
+    let shown: Vec<String> = errors
+        .iter()
+        .map(|e| match std::error::Error::source(e) {
+            Some(source) => format!("{e} ({source})"),
+            None => e.to_string(),
+        })
+        .collect();
+    shown.join("; ")
 }
 
 /// `Result` with ferrisson's [`Error`].

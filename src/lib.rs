@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
+mod combinator;
 mod config;
 mod error;
 mod lease;
@@ -13,6 +14,7 @@ mod script;
 mod watchdog;
 
 pub use client::Client;
+pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
 pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock};

@@ -69,6 +69,10 @@ impl FairOps {
 }
 
 impl LockOps for FairOps {
+    fn kind(&self) -> &'static str {
+        "fair"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

@@ -104,6 +104,11 @@ impl LockGuard {
         self.lease.is_lost()
     }
 
+    /// When Redis may expire this hold unless a renewal confirms it before.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        self.lease.deadline()
+    }
+
     /// Resolves when the lease is lost (see [`is_lost`](Self::is_lost)); pends for ever while
     /// the watchdog keeps it.
     ///

@@ -58,6 +58,8 @@ pub(crate) struct Inspection {
 pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// The lock's name (its main key).
     fn name(&self) -> &Arc<str>;
+    /// Which kind of lock (part of the order in which MultiLock acquires).
+    fn kind(&self) -> &'static str;
     /// The channel `owner` waits on.
     fn channel(&self, owner: &str) -> String;
     /// Where the owner's holds live, for the watchdog.

@@ -38,6 +38,10 @@ impl PlainOps {
 }
 
 impl LockOps for PlainOps {
+    fn kind(&self) -> &'static str {
+        "lock"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

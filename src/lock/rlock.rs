@@ -63,6 +63,21 @@ impl RLock {
         &self.holder.client
     }
 
+    /// The order in which combinators acquire: by name, then server, then kind, so every
+    /// MultiLock over the same locks takes them in the same order.
+    pub(crate) fn order_key(&self) -> (&str, &str, &'static str) {
+        (
+            self.name(),
+            &self.holder.client.inner.config.url,
+            self.holder.ops.kind(),
+        )
+    }
+
+    /// The client's watchdog timeout: the lease `lock()` takes.
+    pub(crate) fn watchdog_lease(&self) -> Duration {
+        self.holder.client.inner.config.watchdog_timeout
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.holder.name()

@@ -140,6 +140,10 @@ impl RwNames {
 struct ReadOps(RwNames);
 
 impl LockOps for ReadOps {
+    fn kind(&self) -> &'static str {
+        "read"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.0.name
     }
@@ -233,6 +237,10 @@ impl LockOps for ReadOps {
 struct WriteOps(RwNames);
 
 impl LockOps for WriteOps {
+    fn kind(&self) -> &'static str {
+        "write"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.0.name
     }

@@ -1,33 +1,49 @@
 //! A process that takes a lock and keeps it until it is killed: the tests kill it with SIGKILL
 //! to show a dead holder (or a dead waiter) stops counting within its lease.
 //!
-//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]`, where
-//! `<ms>` is the watchdog timeout and the fair lock queue timeout. Prints `LOCKED <token>` once
-//! it holds the lock; a fair waiter is queued while it waits.
+//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair|redlock]`,
+//! where `<ms>` is the watchdog timeout and the fair lock queue timeout; for `redlock` the URL is
+//! a comma-separated list, one per instance. Prints `LOCKED <token>` once it holds the lock; a
+//! fair waiter is queued while it waits.
 
 use std::time::Duration;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (url, name, ms, kind) = match args.as_slice() {
+    let (urls, name, ms, kind) = match args.as_slice() {
         [_, url, name, ms] => (url, name, ms, "lock"),
         [_, url, name, ms, kind] => (url, name, ms, kind.as_str()),
         _ => fail(
             2,
-            "usage: ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair]",
+            "usage: ferrisson-test-holder <redis-url> <lock-name> <ms> [kind]",
         ),
     };
     let ms: u64 = ms
         .parse()
         .unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
-    let client = ferrisson::Client::builder()
-        .url(url.as_str())
-        .watchdog_timeout(Duration::from_millis(ms))
-        .fair_lock_queue_timeout(Duration::from_millis(ms))
-        .build()
-        .await
-        .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+    let mut clients = Vec::new();
+    for url in urls.split(',') {
+        let client = ferrisson::Client::builder()
+            .url(url)
+            .watchdog_timeout(Duration::from_millis(ms))
+            .fair_lock_queue_timeout(Duration::from_millis(ms))
+            .build()
+            .await
+            .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+        clients.push(client);
+    }
+    if kind == "redlock" {
+        let locks = clients.iter().map(|c| c.get_lock(name));
+        let guard = ferrisson::RedLock::new(locks)
+            .lock()
+            .await
+            .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+        println!("LOCKED {}", guard.fencing_tokens()[0]);
+        guard.lost().await;
+        fail(3, "lease lost");
+    }
+    let client = &clients[0];
     let lock = match kind {
         "lock" => client.get_lock(name),
         "read" => client.get_read_write_lock(name).read_lock(),

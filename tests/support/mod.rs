@@ -4,12 +4,15 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod checker;
+pub mod proxy;
 pub mod server;
 
 use std::time::Duration;
 
 #[allow(unused_imports)]
 pub use checker::Checker;
+#[allow(unused_imports)]
+pub use proxy::{Mode, Proxy};
 pub use server::RedisServer;
 
 /// A client of `server` with timeouts sized for tests.
@@ -55,9 +58,14 @@ pub struct HolderProcess {
 
 impl HolderProcess {
     pub fn spawn(server: &RedisServer, name: &str, ms: u64, kind: &str) -> Self {
+        Self::spawn_url(&server.url(), name, ms, kind)
+    }
+
+    /// As [`spawn`](Self::spawn), with the URL given (comma-separated for `redlock`).
+    pub fn spawn_url(url: &str, name: &str, ms: u64, kind: &str) -> Self {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
-            .args([&server.url(), name, &ms.to_string(), kind])
+            .args([url, name, &ms.to_string(), kind])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()

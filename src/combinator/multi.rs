@@ -1,0 +1,247 @@
+//! `MultiLock`: several locks taken as one, all or nothing.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::combinator::release_all;
+use crate::error::{Error, Result};
+use crate::lock::{LockGuard, RLock, lease_ms};
+
+/// Several locks, from one or several clients, taken as one: all of them or none.
+///
+/// The locks are always acquired in one canonical order (by name, then server, then kind), so two
+/// MultiLocks over the same locks never deadlock, whatever order they were given in. On any
+/// failure, or when the wait budget runs out, every part already acquired is released before the
+/// call returns. Parts may be any lock handles: plain, fair, read or write sides.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use ferrisson::MultiLock;
+///
+/// let transfer = MultiLock::new([client.get_lock("account:1"), client.get_lock("account:2")]);
+/// let guard = transfer.lock().await?;
+/// // ... move money between both accounts ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    locks: Vec<RLock>,
+}
+
+impl MultiLock {
+    /// A MultiLock over `locks`. Giving the same handle twice is reentrant; two different handles
+    /// on the same lock would wait for each other, so do not.
+    pub fn new(locks: impl IntoIterator<Item = RLock>) -> Self {
+        let mut locks: Vec<RLock> = locks.into_iter().collect();
+        locks.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        MultiLock { locks }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.locks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a MultiLock needs at least one lock".into(),
+            ));
+        }
+        self.locks.iter().try_for_each(RLock::check)
+    }
+
+    /// Waits until every part is acquired (watchdog leases).
+    ///
+    /// # Errors
+    ///
+    /// The first error of a part, after every part acquired so far was released;
+    /// [`Error::InvalidArgument`] for an empty MultiLock or a malformed name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: parts acquired so far are released in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// multi.lock().await?.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<MultiGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
+    }
+
+    /// Waits until every part is acquired, each with the fixed `lease`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); [`Error::InvalidArgument`] for a lease under 1 ms.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// multi.lock_with_lease(std::time::Duration::from_secs(10)).await?.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
+        lease_ms(lease)?;
+        self.acquire(None, Some(lease))
+            .await?
+            .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
+    }
+
+    /// One attempt at every part: `Ok(None)` (and nothing held) when any part is taken.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// if let Some(guard) = multi.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Waits at most `wait` for all parts together; `lease` fixes every part's lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with_lease`](Self::lock_with_lease). Running out of `wait` is `Ok(None)`, with
+    /// nothing held.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some(guard) = multi.try_lock_for(Duration::from_secs(1), None).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiGuard>> {
+        if let Some(lease) = lease {
+            lease_ms(lease)?;
+        }
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<MultiGuard>> {
+        self.check()?;
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        // Parts dropped on an early return release themselves in the background; releasing them
+        // here first keeps "nothing held" true when the call returns.
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            let part = match deadline {
+                None => match lease {
+                    None => lock.lock().await.map(Some),
+                    Some(lease) => lock.lock_with_lease(lease).await.map(Some),
+                },
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    lock.try_lock_for(left, lease).await
+                }
+            };
+            match part {
+                Ok(Some(guard)) => guards.push(guard),
+                Ok(None) => {
+                    let _ = release_all(guards).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    let _ = release_all(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiGuard { guards }))
+    }
+}
+
+/// All parts of a [`MultiLock`], held. Released with [`unlock`](Self::unlock); dropped, each part
+/// is released in the background.
+#[must_use = "if unused the locks are released immediately"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// Releases every part, all at once, and reports every failure.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Multiple`] with one error per part that could not be released (the others are
+    /// released all the same).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: releases not yet done finish in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// let guard = multi.lock().await?;
+    /// if let Err(ferrisson::Error::Multiple { errors }) = guard.unlock().await {
+    ///     eprintln!("{} parts failed to release", errors.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(self) -> Result<()> {
+        release_all(self.guards).await
+    }
+
+    /// True once any part's lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves when any part's lease is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        let parts = self.guards.iter().map(|g| Box::pin(g.lost()));
+        futures::future::select_all(parts).await;
+    }
+
+    /// The parts' guards, in acquisition order.
+    pub fn parts(&self) -> &[LockGuard] {
+        &self.guards
+    }
+}

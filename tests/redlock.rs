@@ -1,0 +1,381 @@
+//! RedLock over independent servers: exhaustive quorum, minority and majority faults through a
+//! fault-injecting proxy, late replies, racing contenders, a killed holder process.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrisson::{Error, RedLock};
+use redis::AsyncCommands;
+use support::{Checker, HolderProcess, Mode, Proxy, RedisServer, builder};
+
+const FOREIGN: &str = "9b2c7a63-2f7e-4f0b-9a55-5f3c0e6b1d11:1";
+
+struct Cluster {
+    servers: Vec<RedisServer>,
+    proxies: Vec<Proxy>,
+}
+
+impl Cluster {
+    async fn start(n: usize) -> Cluster {
+        let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+        let mut proxies = Vec::new();
+        for s in &servers {
+            proxies.push(Proxy::start(s.port()).await);
+        }
+        Cluster { servers, proxies }
+    }
+
+    /// One client per instance, through its proxy.
+    async fn clients(&self, lease: Duration) -> Vec<ferrisson::Client> {
+        let mut clients = Vec::new();
+        for p in &self.proxies {
+            let url = p.url();
+            clients.push(
+                ferrisson::Client::builder()
+                    .url(url)
+                    .watchdog_timeout(lease)
+                    .response_timeout(Duration::from_millis(500))
+                    .connection_timeout(Duration::from_millis(500))
+                    .build()
+                    .await
+                    .unwrap(),
+            );
+        }
+        clients
+    }
+
+    /// Fields of `name` on every server that belong to `client`.
+    async fn ours(&self, name: &str, client: &ferrisson::Client) -> usize {
+        let mut n = 0;
+        for s in &self.servers {
+            // A killed server holds nothing.
+            let Ok(mut conn) = redis::Client::open(s.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+            else {
+                continue;
+            };
+            let fields: Vec<String> = conn.hkeys(name).await.unwrap_or_default();
+            n += fields
+                .iter()
+                .filter(|f| f.starts_with(&client.id().to_string()))
+                .count();
+        }
+        n
+    }
+}
+
+fn redlock(clients: &[ferrisson::Client], name: &str) -> RedLock {
+    RedLock::new(clients.iter().map(|c| c.get_lock(name)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_is_exact_for_every_subset_of_busy_instances() {
+    for n in [3usize, 5] {
+        let cluster = Cluster::start(n).await;
+        let clients = cluster.clients(Duration::from_secs(10)).await;
+        for busy in 0u32..(1 << n) {
+            let name = format!("q{n}-{busy}");
+            for (i, s) in cluster.servers.iter().enumerate() {
+                if busy & (1 << i) != 0 {
+                    let _: () = s.raw().await.hset(&name, FOREIGN, 1).await.unwrap();
+                    let _: () = s.raw().await.pexpire(&name, 60_000).await.unwrap();
+                }
+            }
+            let free = n - busy.count_ones() as usize;
+            let got = redlock(&clients, &name).try_lock().await.unwrap();
+            assert_eq!(got.is_some(), free > n / 2, "n={n} busy={busy:b}");
+            match got {
+                Some(guard) => {
+                    assert_eq!(guard.granted(), free);
+                    guard.unlock().await.unwrap();
+                }
+                None => {
+                    for c in &clients {
+                        assert_eq!(
+                            cluster.ours(&name, c).await,
+                            0,
+                            "n={n} busy={busy:b}: a part was left"
+                        );
+                    }
+                }
+            }
+            // The foreign holds are untouched.
+            for (i, s) in cluster.servers.iter().enumerate() {
+                let theirs: bool = s.raw().await.hexists(&name, FOREIGN).await.unwrap();
+                assert_eq!(theirs, busy & (1 << i) != 0);
+            }
+        }
+    }
+}
+
+async fn timed_acquire(
+    lock: &RedLock,
+) -> (Duration, Result<Option<ferrisson::RedLockGuard>, Error>) {
+    let started = Instant::now();
+    let result = lock.try_lock().await;
+    (started.elapsed(), result)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_still_acquires_within_one_instance_timeout() {
+    let mut cluster = Cluster::start(5).await;
+    let clients = cluster.clients(Duration::from_secs(2)).await;
+    let instance_timeout = Duration::from_millis(100);
+    let lock = redlock(&clients, "minority").instance_timeout(instance_timeout);
+
+    let (all_up, got) = timed_acquire(&lock).await;
+    got.unwrap().expect("all up").unlock().await.unwrap();
+
+    // One killed, one paused: the attempt waits for the slowest, bounded by one timeout.
+    cluster.servers[0].kill();
+    cluster.servers[1].pause();
+    let (two_down, got) = timed_acquire(&lock).await;
+    let guard = got.unwrap().expect("3 of 5 is a majority");
+    assert_eq!(guard.granted(), 3);
+    assert!(
+        two_down < instance_timeout * 2,
+        "waited {two_down:?}: the timeouts added up"
+    );
+    let _ = guard.unlock().await; // the dead instances report errors
+    cluster.servers[1].resume();
+
+    // Blackholed through its proxy instead.
+    cluster.proxies[2].set(Mode::Blackhole);
+    let (blackholed, got) = timed_acquire(&lock).await;
+    // Killed + blackholed + (just resumed) paused: 3 of 5 answer in time at best.
+    if let Some(guard) = got.unwrap() {
+        let _ = guard.unlock().await;
+    }
+    cluster.proxies[2].set(Mode::Pass);
+    // Connections cut (reset) on a third one: still a majority of the five.
+    cluster.proxies[3].set(Mode::Reset);
+    let (reset, got) = timed_acquire(&lock).await;
+    if let Some(guard) = got.unwrap() {
+        let _ = guard.unlock().await;
+    }
+    cluster.proxies[3].set(Mode::Pass);
+    let one_down = {
+        let lock2 = redlock(&clients, "minority-one").instance_timeout(instance_timeout);
+        let (t, got) = timed_acquire(&lock2).await;
+        let _ = got.unwrap().expect("one down of five").unlock().await;
+        t
+    };
+    eprintln!(
+        "redlock acquire latency, N=5: all up {all_up:?}, one down (killed) {one_down:?}, \
+         two down (killed + paused) {two_down:?}, two down (killed + blackholed) {blackholed:?}, \
+         two down (killed + reset) {reset:?}"
+    );
+    assert!(blackholed < instance_timeout * 2);
+    assert!(reset < instance_timeout * 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_down_fails_fast_and_leaves_nothing_behind() {
+    let mut cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(2)).await;
+    let lock = redlock(&clients, "majority").instance_timeout(Duration::from_millis(100));
+    cluster.servers[0].kill();
+    // The command runs on instance 1, its reply never comes back.
+    cluster.proxies[1].set(Mode::DropReplies);
+    let started = Instant::now();
+    let err = lock.lock().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            err,
+            Error::QuorumNotReached {
+                answered: 1,
+                needed: 2,
+                total: 3
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        took < Duration::from_millis(500),
+        "lock() should fail fast, took {took:?}"
+    );
+    assert!(err.to_string().contains("quorum"));
+    // The one live instance granted and was released; instance 1 granted without telling us,
+    // and the repair sent after it (which runs there too) took the grant back.
+    let live = &clients[2];
+    let blackholed = &clients[1];
+    assert!(
+        support::eventually(Duration::from_secs(3), || async {
+            cluster.ours("majority", live).await + cluster.ours("majority", blackholed).await == 0
+        })
+        .await,
+        "a part of the failed attempt was left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_later_than_the_lease_are_not_a_grant() {
+    let cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(150);
+    // Give every instance time to answer; the answers come after the lease has passed.
+    let lock = redlock(&clients, "late").instance_timeout(Duration::from_secs(1));
+    for p in &cluster.proxies {
+        p.set(Mode::Delay(Duration::from_millis(200)));
+    }
+    let got = lock
+        .try_lock_for(Duration::ZERO, Some(lease))
+        .await
+        .unwrap();
+    assert!(got.is_none(), "granted with a negative validity");
+    for p in &cluster.proxies {
+        p.set(Mode::Pass);
+    }
+    for c in &clients {
+        assert!(
+            support::eventually(Duration::from_secs(2), || async {
+                cluster.ours("late", c).await == 0
+            })
+            .await
+        );
+    }
+    // With replies on time the same call succeeds and the validity is positive.
+    let guard = lock
+        .try_lock_for(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .expect("on time");
+    let left = guard
+        .validity_deadline()
+        .saturating_duration_since(std::time::Instant::now());
+    assert!(left > Duration::ZERO && left <= lease, "{left:?}");
+    assert!(!guard.is_lost());
+    tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("a fixed lease runs out");
+    assert!(guard.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_contenders_never_hold_together_and_all_get_turns() {
+    let cluster = Cluster::start(3).await;
+    let checker = Arc::new(Checker::default());
+    // Instance tokens are not comparable across instances (a majority can be any two of the
+    // three), so the checker gets a sequence number taken while holding.
+    let sequence = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let sequence = sequence.clone();
+        let clients = cluster.clients(Duration::from_secs(2)).await;
+        let checker = checker.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = redlock(&clients, "race").retry_delay(Duration::from_millis(20));
+            let mut wins = 0;
+            for _ in 0..50 {
+                let Some(guard) = lock
+                    .try_lock_for(Duration::from_secs(5), None)
+                    .await
+                    .unwrap()
+                else {
+                    continue;
+                };
+                let start = checker.enter();
+                assert!(!guard.is_lost());
+                let seq = sequence.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                checker.exit(seq, start);
+                wins += 1;
+                guard.unlock().await.unwrap();
+            }
+            wins
+        }));
+    }
+    let mut wins = Vec::new();
+    for t in tasks {
+        wins.push(
+            tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    eprintln!("redlock race: wins per contender {wins:?}");
+    assert!(
+        wins.iter().all(|w| *w > 0),
+        "a contender never won: {wins:?}"
+    );
+    let holds = checker.verify();
+    assert_eq!(holds.len(), wins.iter().sum::<usize>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_frees_the_redlock_after_its_lease() {
+    let cluster = Cluster::start(3).await;
+    let lease = Duration::from_millis(600);
+    let urls: Vec<String> = cluster.servers.iter().map(|s| s.url()).collect();
+    let mut holder = HolderProcess::spawn_url(
+        &urls.join(","),
+        "orphan",
+        lease.as_millis() as u64,
+        "redlock",
+    );
+    holder.locked(Duration::from_secs(10)).await;
+    let clients = cluster.clients(lease).await;
+    let lock = redlock(&clients, "orphan");
+    assert!(
+        lock.try_lock_for(lease * 2, None).await.unwrap().is_none(),
+        "the live holder kept it"
+    );
+    holder.kill().await;
+    let killed = Instant::now();
+    let guard = tokio::time::timeout(lease * 4, lock.lock())
+        .await
+        .expect("freed by the lease")
+        .unwrap();
+    assert!(
+        killed.elapsed() <= lease + Duration::from_millis(300),
+        "took {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(guard.granted(), 3);
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_redlock_and_a_lost_majority_loses_it() {
+    let cluster = Cluster::start(3).await;
+    let lease = Duration::from_millis(600);
+    let clients = cluster.clients(lease).await;
+    let guard = redlock(&clients, "kept").lock().await.unwrap();
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "renewed on every instance");
+    assert!(guard.validity_deadline() > std::time::Instant::now());
+    // Two of three instances drop the key: no majority left.
+    for s in &cluster.servers[..2] {
+        let _: () = s.raw().await.del("kept").await.unwrap();
+    }
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("lost at the next renewal");
+    assert!(
+        guard.unlock().await.is_err(),
+        "two parts report their lost lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_redlock_is_invalid() {
+    let err = RedLock::new(Vec::<ferrisson::RLock>::new())
+        .try_lock()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    let server = RedisServer::start();
+    let client = builder(&server).build().await.unwrap();
+    let lock = RedLock::new([client.get_lock("x")]);
+    assert_eq!(lock.quorum(), 1);
+    assert!(matches!(
+        lock.try_lock_for(Duration::ZERO, Some(Duration::ZERO))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+}

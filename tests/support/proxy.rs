@@ -1,0 +1,142 @@
+//! A TCP proxy in front of one server, whose behaviour the test switches at any time: pass,
+//! delay replies, drop replies (commands run, replies never come), blackhole (nothing gets
+//! through, connections stay open), reset (connections are cut and new ones refused).
+//!
+//! It stays a faithful network: TCP never loses bytes inside a live connection, so a blackhole
+//! holds the bytes back (as retransmission would) and lets them through when lifted, and the
+//! connections that lost replies are cut when replies flow again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Pass,
+    /// Every reply waits this long before it is passed on.
+    Delay(Duration),
+    /// Commands reach the server; replies are thrown away. Switching away cuts those
+    /// connections, since their replies are gone for good.
+    DropReplies,
+    /// Nothing moves either way; connections stay open and catch up when it is lifted.
+    Blackhole,
+    /// Open connections are cut; new ones are closed at once.
+    Reset,
+}
+
+pub struct Proxy {
+    port: u16,
+    mode: watch::Sender<Mode>,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    accept: AbortHandle,
+}
+
+impl Proxy {
+    /// A proxy on a free loopback port in front of `127.0.0.1:<upstream>`.
+    pub async fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        let (mode, _) = watch::channel(Mode::Pass);
+        let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let accept = tokio::spawn({
+            let mode = mode.subscribe();
+            let tasks = tasks.clone();
+            async move {
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    if *mode.borrow() == Mode::Reset {
+                        drop(client);
+                        continue;
+                    }
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        continue; // the server is down: the client sees its connection close
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    let up = tokio::spawn(pump(client_read, server_write, mode.clone(), false));
+                    let down = tokio::spawn(pump(server_read, client_write, mode.clone(), true));
+                    let mut t = tasks.lock().unwrap();
+                    t.retain(|h| !h.is_finished());
+                    t.push(up.abort_handle());
+                    t.push(down.abort_handle());
+                }
+            }
+        })
+        .abort_handle();
+        Proxy {
+            port,
+            mode,
+            tasks,
+            accept,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn set(&self, new: Mode) {
+        let old = self.mode.send_replace(new);
+        if new == Mode::Reset || (old == Mode::DropReplies && new != Mode::DropReplies) {
+            for task in self.tasks.lock().unwrap().drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Copies one direction; `replies` is the server-to-client one.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    replies: bool,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // A blackhole holds everything back: stop reading until it is lifted.
+        if mode.wait_for(|m| *m != Mode::Blackhole).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read just before a blackhole came down wait for it to lift.
+        let current = match mode.wait_for(|m| *m != Mode::Blackhole).await {
+            Ok(m) => *m,
+            Err(_) => return,
+        };
+        match current {
+            Mode::DropReplies if replies => continue,
+            Mode::Delay(d) if replies => tokio::time::sleep(d).await,
+            _ => {}
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
