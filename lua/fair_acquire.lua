@@ -75,10 +75,11 @@ if head and head ~= owner then
   keep_place()
   return {0, tonumber(redis.call('zscore', KEYS[3], head)) - now}
 end
+local token = redis.call('incr', KEYS[4])
 if head then
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], owner)
 end
 redis.call('hset', KEYS[1], owner, 1)
 redis.call('pexpire', KEYS[1], ARGV[2])
-return {1, redis.call('incr', KEYS[4])}
+return {1, token}

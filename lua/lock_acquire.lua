@@ -18,24 +18,23 @@ if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
 end
 
+local counter = redis.pcall('get', KEYS[2])
+if type(counter) == 'table' or (counter and not tonumber(counter)) then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
+end
+
+-- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
 if kind == 'none' then
-  local token = redis.pcall('incr', KEYS[2])
-  if type(token) == 'table' then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
-  end
+  local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}
 end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  local current = redis.pcall('get', KEYS[2])
-  if type(current) == 'table' then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
-  end
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {2, tonumber(current) or 0}
+  return {2, tonumber(counter) or 0}
 end
 
 return {0, redis.call('pttl', KEYS[1])}

@@ -8,6 +8,8 @@
 -- ARGV[1]  owner
 -- ARGV[2]  holds the client knows of (0: none)
 -- ARGV[3]  the message published when the repair frees the lock ('0')
+-- ARGV[4]  the lease in ms the owner's remaining holds were given: an acquire that ran after
+--          all may have shortened the TTL, and the owner's guards count on that lease
 --
 -- Reply: 1 when the hold count was changed, 0 when it already matched or the owner holds
 -- nothing (a lost hold is never brought back).
@@ -22,6 +24,9 @@ if have == nil or have == want then
 end
 if want > 0 then
   redis.call('hset', KEYS[1], ARGV[1], want)
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[4]) then
+    redis.call('pexpire', KEYS[1], ARGV[4])
+  end
   return 1
 end
 redis.call('hdel', KEYS[1], ARGV[1])

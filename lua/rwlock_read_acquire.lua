@@ -31,6 +31,11 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {0, redis.call('pttl', KEYS[1])}
 end
 
+-- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
+local reply = {2, tonumber(counter) or 0}
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  reply = {1, redis.call('incr', KEYS[3])}
+end
 local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'read')
@@ -39,7 +44,4 @@ redis.call('set', KEYS[2] .. ':' .. holds, 1, 'px', ARGV[3])
 if redis.call('pttl', KEYS[1]) < tonumber(ARGV[3]) then
   redis.call('pexpire', KEYS[1], ARGV[3])
 end
-if holds == 1 then
-  return {1, redis.call('incr', KEYS[3])}
-end
-return {2, tonumber(counter) or 0}
+return reply

@@ -7,6 +7,8 @@
 -- ARGV[1]  the field to repair: <owner> (read holds) or <owner>:write
 -- ARGV[2]  holds the client knows of (0: none)
 -- ARGV[3]  'read' or 'write'
+-- ARGV[4]  the lease in ms the owner's remaining holds were given (restores a TTL that an
+--          acquire which ran after all may have shortened)
 --
 -- Reply: 1 when the count was changed, 0 when it already matched or the owner holds nothing.
 
@@ -25,6 +27,9 @@ if ARGV[3] == 'read' then
 end
 if want > 0 then
   redis.call('hset', KEYS[1], ARGV[1], want)
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[4]) then
+    redis.call('pexpire', KEYS[1], ARGV[4])
+  end
   return 1
 end
 redis.call('hdel', KEYS[1], ARGV[1])

@@ -52,9 +52,10 @@ if mode == 'read' then
 end
 
 if not mode then
+  local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, token}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], 1)

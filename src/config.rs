@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::lock::MAX_LEASE;
 
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -41,12 +42,16 @@ impl std::fmt::Debug for Tls {
 impl Config {
     /// How long a release latch lives: longer than any resend of the same release can come.
     pub(crate) fn unlock_latch_ttl(&self) -> Duration {
-        (self.response_timeout * 4 + self.connection_timeout).max(Duration::from_secs(5))
+        self.response_timeout
+            .saturating_mul(4)
+            .saturating_add(self.connection_timeout)
+            .max(Duration::from_secs(5))
     }
 
     /// The hard cap on one round trip, reconnection included: no call ever hangs past it.
     pub(crate) fn round_trip_cap(&self) -> Duration {
-        self.response_timeout + self.connection_timeout
+        self.response_timeout
+            .saturating_add(self.connection_timeout)
     }
 }
 
@@ -206,25 +211,43 @@ impl ClientBuilder {
         let url = self.url.ok_or_else(|| {
             Error::Config("no URL given: call .url(\"redis://host:port\")".into())
         })?;
-        if self.watchdog_timeout < Duration::from_millis(30) {
-            return Err(Error::Config(format!(
-                "watchdog_timeout must be at least 30 ms, got {:?}",
-                self.watchdog_timeout
-            )));
-        }
-        if self.fair_queue_timeout < Duration::from_millis(30) {
-            return Err(Error::Config(format!(
-                "fair_lock_queue_timeout must be at least 30 ms, got {:?}",
-                self.fair_queue_timeout
-            )));
-        }
-        for (what, d) in [
-            ("connection_timeout", self.connection_timeout),
-            ("response_timeout", self.response_timeout),
-            ("recheck_interval", self.recheck_interval),
+        let day = Duration::from_secs(24 * 3600);
+        for (what, d, min, max) in [
+            (
+                "watchdog_timeout",
+                self.watchdog_timeout,
+                Duration::from_millis(30),
+                MAX_LEASE,
+            ),
+            (
+                "fair_lock_queue_timeout",
+                self.fair_queue_timeout,
+                Duration::from_millis(30),
+                MAX_LEASE,
+            ),
+            (
+                "connection_timeout",
+                self.connection_timeout,
+                Duration::from_millis(1),
+                day,
+            ),
+            (
+                "response_timeout",
+                self.response_timeout,
+                Duration::from_millis(1),
+                day,
+            ),
+            (
+                "recheck_interval",
+                self.recheck_interval,
+                Duration::from_millis(1),
+                day,
+            ),
         ] {
-            if d.is_zero() {
-                return Err(Error::Config(format!("{what} must not be zero")));
+            if d < min || d > max {
+                return Err(Error::Config(format!(
+                    "{what} must be between {min:?} and {max:?}, got {d:?}"
+                )));
             }
         }
         Ok(Config {
@@ -283,6 +306,19 @@ mod tests {
             builder().recheck_interval(Duration::ZERO).check(),
             Err(Error::Config(_))
         ));
+    }
+
+    #[test]
+    fn huge_durations_are_refused_not_overflowed() {
+        for b in [
+            builder().watchdog_timeout(Duration::MAX),
+            builder().response_timeout(Duration::MAX),
+            builder().connection_timeout(Duration::MAX),
+            builder().recheck_interval(Duration::MAX),
+            builder().fair_lock_queue_timeout(Duration::MAX),
+        ] {
+            assert!(matches!(b.check(), Err(Error::Config(m)) if m.contains("between")));
+        }
     }
 
     #[test]

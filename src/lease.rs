@@ -21,6 +21,9 @@ pub(crate) struct Lease {
     deadline_us: AtomicU64,
     /// The TTL the lock gets back from a partial release.
     lease_ms: AtomicU64,
+    /// Microseconds after `base` at which the last reentrant grant was sent: a renewal sent
+    /// before it ran before it on the server, so its TTL was overwritten.
+    extended_us: AtomicU64,
     lost: AtomicBool,
     lost_signal: Notify,
     guards: Mutex<Guards>,
@@ -30,6 +33,8 @@ pub(crate) struct Lease {
 #[derive(Debug, Default)]
 pub(crate) struct Guards {
     pub(crate) live: usize,
+    /// Live guards whose grant asked for watchdog renewal.
+    pub(crate) renewed: usize,
     /// The watchdog registration renewing this lease, if any.
     pub(crate) renewal: Option<u64>,
 }
@@ -41,6 +46,7 @@ impl Lease {
             base: sent_at,
             deadline_us: AtomicU64::new(lease_ms.saturating_mul(1000)),
             lease_ms: AtomicU64::new(lease_ms),
+            extended_us: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             lost_signal: Notify::new(),
             guards: Mutex::new(Guards::default()),
@@ -67,15 +73,18 @@ impl Lease {
 
     /// A reentrant grant sent at `sent_at` set the TTL to `lease_ms`, possibly shorter.
     pub(crate) fn extended(&self, sent_at: Instant, lease_ms: u64) {
-        let until = self
-            .offset_us(sent_at)
-            .saturating_add(lease_ms.saturating_mul(1000));
+        let sent = self.offset_us(sent_at);
+        self.extended_us.fetch_max(sent, Ordering::AcqRel);
+        let until = sent.saturating_add(lease_ms.saturating_mul(1000));
         self.deadline_us.store(until, Ordering::Release);
         self.lease_ms.store(lease_ms, Ordering::Relaxed);
     }
 
     /// A renewal sent at `sent_at` confirmed the hold; never moves the deadline backwards.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        if self.offset_us(sent_at) < self.extended_us.load(Ordering::Acquire) {
+            return;
+        }
         let until = self.offset_us(sent_at + lease);
         self.deadline_us.fetch_max(until, Ordering::AcqRel);
     }
@@ -152,6 +161,21 @@ mod tests {
         lease.extended(Instant::now(), 5);
         assert!(lease.deadline() < Instant::now() + Duration::from_secs(1));
         assert_eq!(lease.lease_ms(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_renewal_sent_before_a_reentrant_grant_does_not_count() {
+        let start = Instant::now();
+        let lease = Lease::new(1, start, 60_000);
+        let renewal_sent = start + Duration::from_millis(1);
+        lease.extended(start + Duration::from_millis(2), 50);
+        lease.renewed(renewal_sent, Duration::from_secs(60));
+        assert!(
+            lease.deadline() < start + Duration::from_secs(1),
+            "the short TTL stands"
+        );
+        lease.renewed(start + Duration::from_millis(3), Duration::from_secs(60));
+        assert!(lease.deadline() > start + Duration::from_secs(59));
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@
 //! waiters, because an unlock may have been missed meanwhile.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,13 +45,17 @@ struct Channel {
 struct Waiter {
     id: u64,
     notify: Notify,
-    /// A wake-up was handed to this waiter and not yet taken.
-    woken: AtomicBool,
+    /// Wake-ups handed to this waiter so far.
+    wakes: AtomicU64,
+    /// Wake-ups it had received when it last woke up.
+    seen: AtomicU64,
+    /// Wake-ups followed by an attempt that reached Redis: those are used.
+    used: AtomicU64,
 }
 
 impl Waiter {
     fn wake(&self) {
-        self.woken.store(true, Ordering::Release);
+        self.wakes.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_one();
     }
 }
@@ -122,7 +126,9 @@ impl Hub {
         let waiter = Arc::new(Waiter {
             id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
             notify: Notify::new(),
-            woken: AtomicBool::new(false),
+            wakes: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+            used: AtomicU64::new(0),
         });
         let confirmed = {
             let mut channels = self.shared.channels();
@@ -167,7 +173,16 @@ impl Subscription {
     /// while nobody was listening is kept, so none is missed between two attempts.
     pub(crate) async fn woken(&self) {
         self.waiter.notify.notified().await;
-        self.waiter.woken.store(false, Ordering::Release);
+        let wakes = self.waiter.wakes.load(Ordering::Acquire);
+        self.waiter.seen.store(wakes, Ordering::Release);
+    }
+
+    /// An attempt made after the last wake-up got its answer from Redis: that wake-up is used.
+    /// One that was not (the waiter gave up, or its attempt failed) is passed on when the
+    /// subscription is dropped.
+    pub(crate) fn used(&self) {
+        let seen = self.waiter.seen.load(Ordering::Acquire);
+        self.waiter.used.store(seen, Ordering::Release);
     }
 }
 
@@ -179,7 +194,7 @@ impl Drop for Subscription {
         };
         channel.waiters.retain(|w| w.id != self.waiter.id);
         let empty = channel.waiters.is_empty();
-        if self.waiter.woken.load(Ordering::Acquire) {
+        if self.waiter.wakes.load(Ordering::Acquire) > self.waiter.used.load(Ordering::Acquire) {
             // This waiter was handed the wake-up of an unlock and leaves without using it:
             // pass it on, or another local waiter sleeps until its re-check.
             Shared::wake_one(&mut channels, &self.channel);
@@ -214,38 +229,67 @@ impl HubTask {
                     Some(message) => self.dispatch(&message),
                     None => {
                         tracing::warn!("pub/sub connection lost; reconnecting");
-                        self.conn = None;
-                        self.reconnect().await;
+                        self.disconnected();
+                        self.ensure_connected().await;
                     }
                 },
-                () = tokio::time::sleep(RECONNECT_DELAY), if reconnect_due => self.reconnect().await,
+                () = tokio::time::sleep(RECONNECT_DELAY), if reconnect_due => {
+                    self.ensure_connected().await;
+                }
             }
         }
     }
 
-    async fn connect(&mut self) -> bool {
+    /// The connection is gone: no channel is subscribed any more.
+    fn disconnected(&mut self) {
+        self.conn = None;
+        for entry in self.shared.channels().values_mut() {
+            entry.confirmed = false;
+        }
+    }
+
+    /// Makes sure there is a connection. A new one subscribes every channel that has waiters,
+    /// settles every pending subscription and wakes every waiter, since an unlock may have been
+    /// published while there was no connection. False when Redis cannot be reached; the
+    /// waiters are then released to their re-check timers and the task tries again shortly.
+    async fn ensure_connected(&mut self) -> bool {
         if self.conn.is_some() {
             return true;
         }
-        let attempt = capped(self.connection_timeout, self.client.get_async_pubsub()).await;
-        match attempt {
-            Ok(pubsub) => {
-                self.conn = Some(pubsub.split());
-                true
-            }
+        match capped(self.connection_timeout, self.client.get_async_pubsub()).await {
+            Ok(pubsub) => self.conn = Some(pubsub.split()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot open the pub/sub connection");
-                false
+                self.settle_all(false);
+                return false;
             }
         }
+        let names: Vec<String> = self.shared.channels().keys().cloned().collect();
+        let ok = self.send(&names, true).await;
+        self.settle_all(ok);
+        if ok {
+            for channel in self.shared.channels().values() {
+                Shared::wake_all_of(channel);
+            }
+        }
+        ok
     }
 
     async fn subscribe(&mut self, channel: String) {
         if !self.shared.channels().contains_key(&channel) {
             return;
         }
-        let ok = self.connect().await && self.send(Some(&channel), true).await;
-        self.settle(std::slice::from_ref(&channel), ok);
+        if self.conn.is_none() {
+            // A new connection subscribes this channel along with all the others.
+            self.ensure_connected().await;
+            return;
+        }
+        let ok = self.send(std::slice::from_ref(&channel), true).await;
+        if ok {
+            self.settle(&channel, true);
+        } else {
+            self.settle_all(false);
+        }
     }
 
     async fn unsubscribe(&mut self, channel: String) {
@@ -259,69 +303,54 @@ impl HubTask {
             }
         }
         if self.conn.is_some() {
-            self.send(Some(&channel), false).await;
+            self.send(std::slice::from_ref(&channel), false).await;
         }
     }
 
-    /// Sends SUBSCRIBE or UNSUBSCRIBE; `None` subscribes every known channel.
-    async fn send(&mut self, channel: Option<&String>, subscribe: bool) -> bool {
+    /// Sends SUBSCRIBE or UNSUBSCRIBE for `names`. A failure drops the connection (the task
+    /// reconnects shortly).
+    async fn send(&mut self, names: &[String], subscribe: bool) -> bool {
         let Some((sink, _)) = self.conn.as_mut() else {
             return false;
-        };
-        let names: Vec<String> = match channel {
-            Some(c) => vec![c.clone()],
-            None => self.shared.channels().keys().cloned().collect(),
         };
         if names.is_empty() {
             return true;
         }
         let result = if subscribe {
-            capped(self.response_timeout, sink.subscribe(&names)).await
+            capped(self.response_timeout, sink.subscribe(names)).await
         } else {
-            capped(self.response_timeout, sink.unsubscribe(&names)).await
+            capped(self.response_timeout, sink.unsubscribe(names)).await
         };
         match result {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, subscribe, "pub/sub request failed; reconnecting");
-                self.conn = None;
+                self.disconnected();
                 false
             }
         }
     }
 
-    /// Records the outcome of a SUBSCRIBE and releases the waiters waiting for it.
-    fn settle(&self, names: &[String], ok: bool) {
-        let mut channels = self.shared.channels();
-        for name in names {
-            if let Some(entry) = channels.get_mut(name) {
-                entry.confirmed = ok;
-                entry.requested = ok;
-                for tx in entry.pending.drain(..) {
-                    let _ = tx.send(());
-                }
-            }
+    /// A SUBSCRIBE of `name` was confirmed: release the waiters waiting for it.
+    fn settle(&self, name: &str, ok: bool) {
+        if let Some(entry) = self.shared.channels().get_mut(name) {
+            Self::settle_entry(entry, ok);
         }
     }
 
-    async fn reconnect(&mut self) {
-        {
-            let mut channels = self.shared.channels();
-            for entry in channels.values_mut() {
-                entry.confirmed = false;
-            }
+    fn settle_all(&self, ok: bool) {
+        for entry in self.shared.channels().values_mut() {
+            Self::settle_entry(entry, ok);
         }
-        if !self.connect().await {
-            return;
-        }
-        let names: Vec<String> = self.shared.channels().keys().cloned().collect();
-        let ok = self.send(None, true).await;
-        self.settle(&names, ok);
-        if ok {
-            // Unlocks published while the connection was down were missed: everybody re-checks.
-            for channel in self.shared.channels().values() {
-                Shared::wake_all_of(channel);
-            }
+    }
+
+    /// Records a subscription's state and releases its pending waiters. A failed one is not
+    /// "requested" any more, so the next waiter asks again.
+    fn settle_entry(entry: &mut Channel, ok: bool) {
+        entry.confirmed = ok;
+        entry.requested = ok;
+        for tx in entry.pending.drain(..) {
+            let _ = tx.send(());
         }
     }
 

@@ -256,3 +256,115 @@ async fn a_resent_release_is_answered_from_its_latch() {
     outer.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_too_long_for_redis_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("forever");
+    let huge = Duration::from_millis(i64::MAX as u64);
+    let err = lock
+        .try_lock_for(Duration::ZERO, Some(huge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ferrisson::Error::InvalidArgument(_)),
+        "{err:?}"
+    );
+    let mut raw = server.raw().await;
+    let exists: bool = raw.exists("forever").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_out_of_memory_is_a_redis_error_and_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = client.get_lock("oom").try_lock().await.unwrap_err();
+    assert!(
+        matches!(&err, ferrisson::Error::Redis(e) if e.to_string().contains("OOM")),
+        "{err:?}"
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let keys: Vec<String> = raw.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "a refused grant wrote {keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repaired_reentrant_acquire_gives_the_ttl_back() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let rival_client = support::client(&server).await;
+    let lock = client.get_lock("shrunk");
+    let outer = lock.lock().await.unwrap();
+    // A reentrant acquire with a tiny lease runs after the server thaws, but its reply is
+    // lost to the timeout: the repair must give the outer hold its lease back.
+    server.pause();
+    assert!(
+        lock.lock_with_lease(Duration::from_millis(50))
+            .await
+            .is_err()
+    );
+    server.resume();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            lock.hold_count().await.unwrap() == 1
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        rival_client
+            .get_lock("shrunk")
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "the outer hold expired early"
+    );
+    assert!(!outer.is_lost());
+    let ttl = lock.remaining_ttl().await.unwrap().unwrap();
+    assert!(ttl > Duration::from_secs(20), "{ttl:?}");
+    outer.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_the_lock_taken_by_another_marks_our_hold_lost() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("stolen");
+    let guard = lock.lock().await.unwrap();
+    let mut raw = server.raw().await;
+    let _: () = raw.del("stolen").await.unwrap();
+    let _: () = raw.hset("stolen", "someone-else:1", 1).await.unwrap();
+    let _: () = raw.pexpire("stolen", 30_000).await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(guard.is_lost(), "the busy reply shows our hold is gone");
+    assert!(matches!(
+        guard.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
+    let theirs: bool = raw.hexists("stolen", "someone-else:1").await.unwrap();
+    assert!(theirs, "the stale unlock touched the new holder");
+}

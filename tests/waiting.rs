@@ -259,3 +259,82 @@ async fn every_local_waiter_gets_the_lock_in_turn() {
         started.elapsed()
     );
 }
+
+async fn numsub(server: &RedisServer, channel: &str) -> i64 {
+    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    n[0].1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let client = builder(&server)
+        .recheck_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let _: () = raw.hset("old", "java:1", 1).await.unwrap();
+    let _: () = raw.hset("new", "java:1", 1).await.unwrap();
+    let waiter = client.get_lock("old");
+    let task = tokio::spawn(async move { waiter.lock().await.map(drop) });
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            numsub(&server, "redisson_lock__channel:{old}").await == 1
+        })
+        .await
+    );
+    // Cut the subscription connection and keep the hub from reconnecting for a while.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("pw")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // A waiter on a new channel is what reconnects.
+    assert!(
+        client
+            .get_lock("new")
+            .try_lock_for(Duration::from_millis(300), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            numsub(&server, "redisson_lock__channel:{old}").await == 1
+        })
+        .await
+    );
+    let _: () = raw.del("old").await.unwrap();
+    let _: () = raw
+        .publish("redisson_lock__channel:{old}", "0")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("woken by the message")
+        .unwrap()
+        .unwrap();
+}

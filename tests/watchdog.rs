@@ -189,3 +189,32 @@ async fn a_killed_holder_process_frees_the_lock_within_its_lease() {
     assert!(guard.fencing_token() > dead_token);
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_stays_fixed_after_a_reentrant_watchdog_hold_ends() {
+    let server = RedisServer::start();
+    let client = builder(&server)
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.get_lock("fixed-then-renewed");
+    let fixed = lock
+        .lock_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let renewed = lock.lock().await.unwrap();
+    renewed.unlock().await.unwrap();
+    // Renewal stopped with the last watchdog hold: the lock frees itself at the last lease set.
+    tokio::time::timeout(Duration::from_secs(2), fixed.lost())
+        .await
+        .expect("the fixed hold runs out");
+    assert!(
+        eventually_free(&lock, Duration::from_secs(2)).await,
+        "the fixed-lease hold is still renewed"
+    );
+}
+
+async fn eventually_free(lock: &ferrisson::RLock, within: Duration) -> bool {
+    support::eventually(within, || async { !lock.is_locked().await.unwrap() }).await
+}

@@ -140,6 +140,7 @@ impl LockOps for FairOps {
         client: &'a ClientInner,
         owner: &'a str,
         holds: u32,
+        lease_ms: u64,
     ) -> BoxFuture<'a, Result<()>> {
         let call = ScriptCall::new(&LOCK_REPAIR)
             .key(&*self.name)
@@ -147,7 +148,8 @@ impl LockOps for FairOps {
             .key(&self.queue)
             .arg(owner)
             .arg(holds)
-            .arg(UNLOCK_MESSAGE);
+            .arg(UNLOCK_MESSAGE)
+            .arg(lease_ms);
         run_repair(client, call, &self.name, holds).boxed()
     }
 

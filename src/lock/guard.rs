@@ -34,14 +34,17 @@ use crate::lock::holder::Holder;
 pub struct LockGuard {
     holder: Arc<Holder>,
     lease: Arc<Lease>,
+    /// The grant asked for watchdog renewal.
+    renewed: bool,
     armed: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(holder: Arc<Holder>, lease: Arc<Lease>) -> Self {
+    pub(crate) fn new(holder: Arc<Holder>, lease: Arc<Lease>, renewed: bool) -> Self {
         LockGuard {
             holder,
             lease,
+            renewed,
             armed: true,
         }
     }
@@ -75,7 +78,7 @@ impl LockGuard {
     /// ```
     pub async fn unlock(mut self) -> Result<()> {
         self.armed = false;
-        self.holder.guard_gone(&self.lease);
+        self.holder.guard_gone(&self.lease, self.renewed);
         let mut release = PendingRelease {
             holder: self.holder.clone(),
             lease: self.lease.clone(),
@@ -125,7 +128,7 @@ impl Drop for LockGuard {
         if !self.armed {
             return;
         }
-        self.holder.guard_gone(&self.lease);
+        self.holder.guard_gone(&self.lease, self.renewed);
         let holder = self.holder.clone();
         let lease = self.lease.clone();
         let request_id = holder.inner().owners.next_request_id();

@@ -81,12 +81,13 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
         request_id: &'a str,
     ) -> BoxFuture<'a, Result<Released>>;
     /// Sets the owner's hold count on the server to `holds` (0: remove it), never reviving a
-    /// hold the server no longer has.
+    /// hold the server no longer has; remaining holds get a TTL of at least `lease_ms` back.
     fn repair<'a>(
         &'a self,
         client: &'a ClientInner,
         owner: &'a str,
         holds: u32,
+        lease_ms: u64,
     ) -> BoxFuture<'a, Result<()>>;
     fn inspect<'a>(
         &'a self,
@@ -236,7 +237,14 @@ impl Holder {
                 ))
             }
             Ok(Acquired::Busy { ttl }) => {
-                in_flight.disarm();
+                let mut holds = in_flight.disarm();
+                if holds.count > 0 {
+                    // Somebody else holds what we thought we held: our hold is gone.
+                    if let Some(old) = holds.lease.take() {
+                        old.mark_lost();
+                    }
+                    holds.count = 0;
+                }
                 Ok(Attempt::Busy { ttl })
             }
             Err(e) if e.outcome_unknown() => {
@@ -283,24 +291,31 @@ impl Holder {
         holds.lease = Some(lease.clone());
         drop(holds);
 
+        let renewed = matches!(mode, LeaseMode::Watchdog);
         let mut guards = lease.guards();
         guards.live += 1;
-        if matches!(mode, LeaseMode::Watchdog) && guards.renewal.is_none() {
-            guards.renewal = Some(self.inner().watchdog.register(Renewal {
-                target: self.ops.renewal(&self.owner),
-                lease: lease.clone(),
-            }));
+        if renewed {
+            guards.renewed += 1;
+            if guards.renewal.is_none() {
+                guards.renewal = Some(self.inner().watchdog.register(Renewal {
+                    target: self.ops.renewal(&self.owner),
+                    lease: lease.clone(),
+                }));
+            }
         }
         drop(guards);
-        LockGuard::new(self.clone(), lease)
+        LockGuard::new(self.clone(), lease, renewed)
     }
 
-    /// A guard of `lease` is gone (unlocked or dropped). The last one stops the renewal, before
-    /// its release is sent.
-    pub(crate) fn guard_gone(&self, lease: &Lease) {
+    /// A guard of `lease` is gone (unlocked or dropped). The last watchdog-held one stops the
+    /// renewal, before its release is sent: holds with a fixed lease are never renewed.
+    pub(crate) fn guard_gone(&self, lease: &Lease, renewed: bool) {
         let mut guards = lease.guards();
         guards.live = guards.live.saturating_sub(1);
-        if guards.live == 0
+        if renewed {
+            guards.renewed = guards.renewed.saturating_sub(1);
+        }
+        if guards.renewed == 0
             && let Some(id) = guards.renewal.take()
         {
             self.inner().watchdog.deregister(id);
@@ -332,7 +347,7 @@ impl Holder {
         let outcome = match result {
             Ok(Released::StillHeld) if holds.count == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed).
-                if let Err(e) = self.ops.repair(self.inner(), &self.owner, 0).await {
+                if let Err(e) = self.ops.repair(self.inner(), &self.owner, 0, 0).await {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; it expires with its lease");
                 }
                 Ok(())
@@ -411,15 +426,17 @@ impl InFlight {
     }
 
     async fn repair(&mut self) {
-        let count = self.holds.as_ref().map_or(0, |h| h.count);
-        repair(&self.holder, count).await;
+        if let Some(holds) = &self.holds {
+            repair(&self.holder, holds).await;
+        }
     }
 }
 
-async fn repair(holder: &Holder, count: u32) {
+async fn repair(holder: &Holder, holds: &Holds) {
+    let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
     if let Err(e) = holder
         .ops
-        .repair(holder.inner(), &holder.owner, count)
+        .repair(holder.inner(), &holder.owner, holds.count, lease_ms)
         .await
     {
         tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a stray hold expires with its lease");
@@ -431,7 +448,7 @@ impl Drop for InFlight {
         if let Some(holds) = self.holds.take() {
             let holder = self.holder.clone();
             self.holder.inner().runtime.spawn(async move {
-                repair(&holder, holds.count).await;
+                repair(&holder, &holds).await;
                 drop(holds);
             });
         }

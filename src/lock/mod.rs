@@ -23,19 +23,22 @@ use crate::error::{Error, Result};
 
 /// A lease given by the caller, checked and in milliseconds.
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
-    let ms = lease.as_millis();
-    if ms == 0 {
+    if lease < Duration::from_millis(1) {
         return Err(Error::InvalidArgument(format!(
             "a lease must be at least 1 ms, got {lease:?}"
         )));
     }
-    u64::try_from(ms)
-        .ok()
-        .filter(|ms| *ms <= i64::MAX as u64)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!("a lease of {lease:?} is too long for Redis"))
-        })
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "a lease of {lease:?} is longer than the {MAX_LEASE:?} allowed"
+        )));
+    }
+    Ok(lease.as_millis() as u64)
 }
+
+/// The longest lease accepted: about 34 years. Redis refuses a TTL that would overflow its
+/// clock, and such a refusal in the middle of a script would leave a lock without TTL.
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 
 #[cfg(test)]
 mod tests {

@@ -103,6 +103,7 @@ impl LockOps for PlainOps {
         client: &'a ClientInner,
         owner: &'a str,
         holds: u32,
+        lease_ms: u64,
     ) -> BoxFuture<'a, Result<()>> {
         async move {
             let call = ScriptCall::new(&LOCK_REPAIR)
@@ -110,7 +111,8 @@ impl LockOps for PlainOps {
                 .key(&self.channel)
                 .arg(owner)
                 .arg(holds)
-                .arg(UNLOCK_MESSAGE);
+                .arg(UNLOCK_MESSAGE)
+                .arg(lease_ms);
             run_repair(client, call, &self.name, holds).await
         }
         .boxed()

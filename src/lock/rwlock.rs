@@ -118,7 +118,7 @@ impl RwNames {
         }
     }
 
-    fn repair(&self, field: &str, holds: u32, side: &str) -> ScriptCall {
+    fn repair(&self, field: &str, holds: u32, side: &str, lease_ms: u64) -> ScriptCall {
         ScriptCall::new(&RWLOCK_REPAIR)
             .key(&*self.name)
             .key(&self.channel)
@@ -126,6 +126,7 @@ impl RwNames {
             .arg(field)
             .arg(holds)
             .arg(side)
+            .arg(lease_ms)
     }
 
     fn force_unlock(&self) -> ScriptCall {
@@ -210,10 +211,11 @@ impl LockOps for ReadOps {
         client: &'a ClientInner,
         owner: &'a str,
         holds: u32,
+        lease_ms: u64,
     ) -> BoxFuture<'a, Result<()>> {
         run_repair(
             client,
-            self.0.repair(owner, holds, "read"),
+            self.0.repair(owner, holds, "read", lease_ms),
             &self.0.name,
             holds,
         )
@@ -312,10 +314,11 @@ impl LockOps for WriteOps {
         client: &'a ClientInner,
         _owner: &'a str,
         holds: u32,
+        lease_ms: u64,
     ) -> BoxFuture<'a, Result<()>> {
         run_repair(
             client,
-            self.0.repair(&self.0.write_field, holds, "write"),
+            self.0.repair(&self.0.write_field, holds, "write", lease_ms),
             &self.0.name,
             holds,
         )

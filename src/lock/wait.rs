@@ -54,7 +54,9 @@ where
     }
     let subscription = client.hub.subscribe(channel, budget).await;
     loop {
-        let ttl = match attempt().await? {
+        let answer = attempt().await?;
+        subscription.used();
+        let ttl = match answer {
             Attempt::Granted(granted) => return Ok(Some(granted)),
             Attempt::Busy { ttl } => ttl,
         };
