@@ -224,19 +224,42 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
     let connections = |list: String| list.lines().count();
-    let before = connections(redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap());
+    let before = connections(
+        redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut raw)
+            .await
+            .unwrap(),
+    );
     {
         let client = client(&server).await;
         let guard = client.get_lock("bye").lock().await.unwrap();
         // Contention opens the pub/sub connection too.
-        assert!(client.get_lock("bye").try_lock_for(Duration::from_millis(50), None).await.unwrap().is_none());
-        let during = connections(redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap());
+        assert!(
+            client
+                .get_lock("bye")
+                .try_lock_for(Duration::from_millis(50), None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let during = connections(
+            redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut raw)
+                .await
+                .unwrap(),
+        );
         assert_eq!(during, before + 2, "one command and one pub/sub connection");
         guard.unlock().await.unwrap();
     }
     assert!(
         eventually(Duration::from_secs(3), || async {
-            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut server.raw().await).await.unwrap();
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut server.raw().await)
+                .await
+                .unwrap();
             // The check's own raw connection counts once.
             connections(list) <= before + 1
         })

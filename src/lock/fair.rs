@@ -5,13 +5,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use redis::Value;
 
 use crate::client::ClientInner;
 use crate::error::Result;
 use crate::lock::holder::{Acquired, Inspection, LockOps, Released};
 use crate::lock::plain::{
-    UNLOCK_MESSAGE, inspect_field, latch_ttl_ms, parse_acquire, parse_release, run_force_unlock,
+    UNLOCK_MESSAGE, inspect_field, latch_ttl_ms, run_acquire, run_force_unlock, run_release,
     run_repair,
 };
 use crate::names;
@@ -95,21 +94,17 @@ impl LockOps for FairOps {
         lease_ms: u64,
         waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>> {
-        async move {
-            let call = ScriptCall::new(&FAIR_ACQUIRE)
-                .key(&*self.name)
-                .key(&self.queue)
-                .key(&self.deadlines)
-                .key(&self.token_key)
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(self.queue_timeout.as_millis() as u64)
-                .arg(if waiting { "1" } else { "0" })
-                .arg(&self.channel_prefix);
-            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
-            parse_acquire(status, value)
-        }
-        .boxed()
+        let call = ScriptCall::new(&FAIR_ACQUIRE)
+            .key(&*self.name)
+            .key(&self.queue)
+            .key(&self.deadlines)
+            .key(&self.token_key)
+            .arg(owner)
+            .arg(lease_ms)
+            .arg(self.queue_timeout.as_millis() as u64)
+            .arg(if waiting { "1" } else { "0" })
+            .arg(&self.channel_prefix);
+        run_acquire(client, call, &self.name).boxed()
     }
 
     fn release<'a>(
@@ -119,20 +114,16 @@ impl LockOps for FairOps {
         lease_ms: u64,
         request_id: &'a str,
     ) -> BoxFuture<'a, Result<Released>> {
-        async move {
-            let call = ScriptCall::new(&FAIR_RELEASE)
-                .key(&*self.name)
-                .key(&self.queue)
-                .key(&self.deadlines)
-                .key(names::unlock_latch_key(&self.name, request_id))
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(latch_ttl_ms(client))
-                .arg(&self.channel_prefix);
-            let reply: Value = client.executor.run(&call, &self.name).await?;
-            parse_release(&reply)
-        }
-        .boxed()
+        let call = ScriptCall::new(&FAIR_RELEASE)
+            .key(&*self.name)
+            .key(&self.queue)
+            .key(&self.deadlines)
+            .key(names::unlock_latch_key(&self.name, request_id))
+            .arg(owner)
+            .arg(lease_ms)
+            .arg(latch_ttl_ms(client))
+            .arg(&self.channel_prefix);
+        run_release(client, call, &self.name).boxed()
     }
 
     fn repair<'a>(

@@ -64,16 +64,12 @@ impl LockOps for PlainOps {
         lease_ms: u64,
         _waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>> {
-        async move {
-            let call = ScriptCall::new(&LOCK_ACQUIRE)
-                .key(&*self.name)
-                .key(&self.token_key)
-                .arg(owner)
-                .arg(lease_ms);
-            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
-            parse_acquire(status, value)
-        }
-        .boxed()
+        let call = ScriptCall::new(&LOCK_ACQUIRE)
+            .key(&*self.name)
+            .key(&self.token_key)
+            .arg(owner)
+            .arg(lease_ms);
+        run_acquire(client, call, &self.name).boxed()
     }
 
     fn release<'a>(
@@ -83,19 +79,15 @@ impl LockOps for PlainOps {
         lease_ms: u64,
         request_id: &'a str,
     ) -> BoxFuture<'a, Result<Released>> {
-        async move {
-            let call = ScriptCall::new(&LOCK_RELEASE)
-                .key(&*self.name)
-                .key(&self.channel)
-                .key(names::unlock_latch_key(&self.name, request_id))
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(latch_ttl_ms(client))
-                .arg(UNLOCK_MESSAGE);
-            let reply: Value = client.executor.run(&call, &self.name).await?;
-            parse_release(&reply)
-        }
-        .boxed()
+        let call = ScriptCall::new(&LOCK_RELEASE)
+            .key(&*self.name)
+            .key(&self.channel)
+            .key(names::unlock_latch_key(&self.name, request_id))
+            .arg(owner)
+            .arg(lease_ms)
+            .arg(latch_ttl_ms(client))
+            .arg(UNLOCK_MESSAGE);
+        run_release(client, call, &self.name).boxed()
     }
 
     fn repair<'a>(
@@ -140,6 +132,26 @@ impl LockOps for PlainOps {
 
 pub(crate) fn latch_ttl_ms(client: &ClientInner) -> u64 {
     client.config.unlock_latch_ttl().as_millis() as u64
+}
+
+/// Runs an acquire script and parses its `{status, value}` reply.
+pub(crate) async fn run_acquire(
+    client: &ClientInner,
+    call: ScriptCall,
+    name: &str,
+) -> Result<Acquired> {
+    let (status, value): (i64, i64) = client.executor.run(&call, name).await?;
+    parse_acquire(status, value)
+}
+
+/// Runs a release script and parses its reply.
+pub(crate) async fn run_release(
+    client: &ClientInner,
+    call: ScriptCall,
+    name: &str,
+) -> Result<Released> {
+    let reply: Value = client.executor.run(&call, name).await?;
+    parse_release(&reply)
 }
 
 /// Runs a repair script (replies 1 when it changed something).

@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use redis::Value;
 
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::lock::holder::{Acquired, Holder, Inspection, LockOps, Released};
 use crate::lock::plain::{
-    inspect_field, latch_ttl_ms, parse_acquire, parse_release, run_force_unlock, run_repair,
+    inspect_field, latch_ttl_ms, parse_acquire, run_acquire, run_force_unlock, run_release,
+    run_repair,
 };
 use crate::lock::rlock::RLock;
 use crate::names;
@@ -168,19 +168,15 @@ impl LockOps for ReadOps {
         lease_ms: u64,
         _waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>> {
-        async move {
-            let n = &self.0;
-            let call = ScriptCall::new(&RWLOCK_READ_ACQUIRE)
-                .key(&*n.name)
-                .key(&*n.timeouts)
-                .key(&n.token_key)
-                .arg(owner)
-                .arg(&*n.write_field)
-                .arg(lease_ms);
-            let (status, value): (i64, i64) = client.executor.run(&call, &n.name).await?;
-            parse_acquire(status, value)
-        }
-        .boxed()
+        let n = &self.0;
+        let call = ScriptCall::new(&RWLOCK_READ_ACQUIRE)
+            .key(&*n.name)
+            .key(&*n.timeouts)
+            .key(&n.token_key)
+            .arg(owner)
+            .arg(&*n.write_field)
+            .arg(lease_ms);
+        run_acquire(client, call, &n.name).boxed()
     }
 
     fn release<'a>(
@@ -190,20 +186,16 @@ impl LockOps for ReadOps {
         _lease_ms: u64,
         request_id: &'a str,
     ) -> BoxFuture<'a, Result<Released>> {
-        async move {
-            let n = &self.0;
-            let call = ScriptCall::new(&RWLOCK_READ_RELEASE)
-                .key(&*n.name)
-                .key(&n.channel)
-                .key(&*n.timeouts)
-                .key(names::unlock_latch_key(&n.name, request_id))
-                .arg(owner)
-                .arg(latch_ttl_ms(client))
-                .arg(&n.base);
-            let reply: Value = client.executor.run(&call, &n.name).await?;
-            parse_release(&reply)
-        }
-        .boxed()
+        let n = &self.0;
+        let call = ScriptCall::new(&RWLOCK_READ_RELEASE)
+            .key(&*n.name)
+            .key(&n.channel)
+            .key(&*n.timeouts)
+            .key(names::unlock_latch_key(&n.name, request_id))
+            .arg(owner)
+            .arg(latch_ttl_ms(client))
+            .arg(&n.base);
+        run_release(client, call, &n.name).boxed()
     }
 
     fn repair<'a>(
@@ -265,15 +257,15 @@ impl LockOps for WriteOps {
         lease_ms: u64,
         _waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>> {
+        let n = &self.0;
+        let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
+            .key(&*n.name)
+            .key(&n.token_key)
+            .arg(&*n.write_field)
+            .arg(lease_ms)
+            .arg(&*n.owner)
+            .arg(&n.base);
         async move {
-            let n = &self.0;
-            let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
-                .key(&*n.name)
-                .key(&n.token_key)
-                .arg(&*n.write_field)
-                .arg(lease_ms)
-                .arg(&*n.owner)
-                .arg(&n.base);
             let (status, value): (i64, i64) = client.executor.run(&call, &n.name).await?;
             if status == 3 {
                 return Err(Error::UpgradeNotSupported {
@@ -292,21 +284,17 @@ impl LockOps for WriteOps {
         lease_ms: u64,
         request_id: &'a str,
     ) -> BoxFuture<'a, Result<Released>> {
-        async move {
-            let n = &self.0;
-            let call = ScriptCall::new(&RWLOCK_WRITE_RELEASE)
-                .key(&*n.name)
-                .key(&n.channel)
-                .key(&*n.timeouts)
-                .key(names::unlock_latch_key(&n.name, request_id))
-                .arg(&*n.write_field)
-                .arg(lease_ms)
-                .arg(latch_ttl_ms(client))
-                .arg(&*n.owner);
-            let reply: Value = client.executor.run(&call, &n.name).await?;
-            parse_release(&reply)
-        }
-        .boxed()
+        let n = &self.0;
+        let call = ScriptCall::new(&RWLOCK_WRITE_RELEASE)
+            .key(&*n.name)
+            .key(&n.channel)
+            .key(&*n.timeouts)
+            .key(names::unlock_latch_key(&n.name, request_id))
+            .arg(&*n.write_field)
+            .arg(lease_ms)
+            .arg(latch_ttl_ms(client))
+            .arg(&*n.owner);
+        run_release(client, call, &n.name).boxed()
     }
 
     fn repair<'a>(
