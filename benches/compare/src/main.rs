@@ -1,1 +1,903 @@
-fn main(){}
+//! ferrisson against the other Redis lock crates, a raw redis-rs baseline and the redis-benchmark
+//! limit, on one redis-server this program starts and stops. Prints Markdown tables and the
+//! PASS/MISS of each target, and rewrites BENCHMARKS.md at the repository root.
+//!
+//!   cargo run --release --manifest-path benches/compare/Cargo.toml
+//!
+//! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,
+//! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
+//! for `perf record`), COMPARE_NO_WRITE=1 (print only).
+//!
+//! Exits 2 when any library let two holders into a critical section at once.
+
+mod libs;
+mod server;
+mod watchdog;
+mod workloads;
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use libs::*;
+use server::{RedisServer, redis_benchmark};
+use watchdog::Watchdog;
+use workloads::*;
+
+pub const COMMAND: &str = "cargo run --release --manifest-path benches/compare/Cargo.toml";
+
+enum Outcome<T> {
+    Ok(T),
+    Na(String),
+    Failed(String),
+}
+
+impl<T> Outcome<T> {
+    fn from(r: Result<T>) -> Outcome<T> {
+        match r {
+            Ok(v) => Outcome::Ok(v),
+            Err(err) => Outcome::Failed(format!("{err:#}").replace('\n', " ").replace('|', "/")),
+        }
+    }
+    fn ok(&self) -> Option<&T> {
+        match self {
+            Outcome::Ok(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn cell(&self) -> Option<String> {
+        match self {
+            Outcome::Ok(_) => None,
+            Outcome::Na(r) => Some(r.clone()),
+            Outcome::Failed(r) => Some(format!("FAILED: {}", truncate(r, 160))),
+        }
+    }
+    fn violated(&self) -> bool {
+        matches!(self, Outcome::Failed(r) if r.contains("MUTUAL EXCLUSION"))
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+struct LibResult {
+    name: &'static str,
+    kind: Kind,
+    config: String,
+    seq: Outcome<Sequential>,
+    seq_mt: Outcome<Sequential>,
+    cont: Outcome<Contention>,
+    hand: Outcome<Handoff>,
+    many: Outcome<ManyKeys>,
+    wd: Outcome<Watchdog>,
+}
+
+#[derive(PartialEq, Clone, Copy)]
+enum Kind {
+    Raw,
+    Ferrisson,
+    Peer,
+}
+
+struct Ctx {
+    server: RedisServer,
+    admin: redis::aio::MultiplexedConnection,
+}
+
+impl Ctx {
+    async fn flush(&mut self) -> Result<()> {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut self.admin).await?;
+        Ok(())
+    }
+    async fn config_set(&mut self, k: &str, v: &str) -> Result<()> {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(k).arg(v).query_async(&mut self.admin).await?;
+        Ok(())
+    }
+}
+
+async fn timed<T>(limit: Duration, f: impl Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r,
+        Err(_) => Err(anyhow::anyhow!("timed out after {} s", limit.as_secs())),
+    }
+}
+
+async fn run_lib<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, WdHold)>, seq: &mut SeqResults) -> LibResult {
+    if L::KEYSPACE_EVENTS {
+        let _ = ctx.config_set("notify-keyspace-events", "KA").await;
+    }
+    let r = run_lib_inner::<L>(ctx, kind, wd, seq).await;
+    if L::KEYSPACE_EVENTS {
+        let _ = ctx.config_set("notify-keyspace-events", "").await;
+    }
+    r
+}
+
+async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, WdHold)>, seq: &mut SeqResults) -> LibResult {
+    let url = ctx.server.url();
+    let t = Instant::now();
+    eprintln!("== {}", L::NAME);
+    let mut r = LibResult {
+        name: L::NAME,
+        kind,
+        config: L::config(),
+        seq: match seq.remove(L::NAME) {
+            Some(Ok(runs)) if !runs.is_empty() => Outcome::Ok(aggregate(&runs)),
+            Some(Ok(_)) | None => Outcome::Na("not run".into()),
+            Some(Err(err)) => Outcome::Failed(err),
+        },
+        seq_mt: Outcome::Na("not run".into()),
+        cont: Outcome::Na("not run".into()),
+        hand: Outcome::Na("not run".into()),
+        many: Outcome::Na("not run".into()),
+        wd: Outcome::Na("n/a: no lease renewal".into()),
+    };
+    let lib = match timed(Duration::from_secs(20), L::connect(&url)).await {
+        Ok(l) => Arc::new(l),
+        Err(err) => {
+            let f = format!("connect: {err:#}");
+            r.seq_mt = Outcome::Failed(f.clone());
+            r.cont = Outcome::Failed(f.clone());
+            r.hand = Outcome::Failed(f.clone());
+            r.many = Outcome::Failed(f);
+            return r;
+        }
+    };
+    let _ = ctx.flush().await;
+    if workload("seq") {
+        r.seq_mt = Outcome::from(timed(SEQ_CAP + Duration::from_secs(30), sequential(lib.clone(), ctx.admin.clone())).await);
+    }
+    eprintln!("   sequential done ({:.1} s)", t.elapsed().as_secs_f64());
+    let _ = ctx.flush().await;
+    if let Some(reason) = L::NO_WAIT {
+        r.cont = Outcome::Na(reason.into());
+        r.hand = Outcome::Na(reason.into());
+    } else {
+        if workload("cont") {
+            r.cont = Outcome::from(timed(CONT_CAP + Duration::from_secs(45), contention(lib.clone(), ctx.admin.clone())).await);
+        }
+        eprintln!("   contention done ({:.1} s)", t.elapsed().as_secs_f64());
+        let _ = ctx.flush().await;
+        if workload("hand") {
+            r.hand = Outcome::from(timed(Duration::from_secs(60), handoff(lib.clone())).await);
+        }
+        eprintln!("   handoff done ({:.1} s)", t.elapsed().as_secs_f64());
+    }
+    let _ = ctx.flush().await;
+    if workload("many") {
+        r.many = Outcome::from(timed(MANY_DURATION + Duration::from_secs(45), many_keys(lib.clone(), ctx.admin.clone())).await);
+    }
+    eprintln!("   many keys done ({:.1} s)", t.elapsed().as_secs_f64());
+    drop(lib);
+    let _ = ctx.flush().await;
+    if let Some((interval, hold)) = wd.filter(|_| workload("wd")) {
+        let fut = hold(url.clone());
+        r.wd = Outcome::from(
+            timed(Duration::from_secs(120), watchdog::measure(fut, interval, ctx.admin.clone())).await,
+        );
+        eprintln!("   watchdog done ({:.1} s)", t.elapsed().as_secs_f64());
+        let _ = ctx.flush().await;
+    }
+    r
+}
+
+type SeqResults = std::collections::HashMap<&'static str, std::result::Result<Vec<SeqRun>, String>>;
+
+type SeqRunner = fn(String, usize) -> std::pin::Pin<Box<dyn Future<Output = Result<SeqRun>> + Send>>;
+
+struct SeqEntry {
+    name: &'static str,
+    keyspace: bool,
+    run: SeqRunner,
+}
+
+fn seq_entry<L: Lib>() -> SeqEntry {
+    SeqEntry {
+        name: L::NAME,
+        keyspace: L::KEYSPACE_EVENTS,
+        run: |url, cycles| Box::pin(sequential_current_thread::<L>(url, cycles)),
+    }
+}
+
+/// Workload 1, before the others: each library's cycles on its own current-thread runtime, in
+/// SEQ_ROUNDS runs interleaved across the libraries so that drift of the machine hits all alike.
+async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
+    let entries: Vec<SeqEntry> = vec![
+        seq_entry::<Raw>(),
+        seq_entry::<Ferrisson>(),
+        seq_entry::<Rslock>(),
+        seq_entry::<Rlock>(),
+        seq_entry::<AsyncRedisLock>(),
+        seq_entry::<RedisLock>(),
+        seq_entry::<Distkit>(),
+        seq_entry::<Redlock>(),
+        seq_entry::<Redisson>(),
+        seq_entry::<Rdlock>(),
+    ];
+    let mut out = SeqResults::new();
+    if !workload("seq") {
+        return out;
+    }
+    let url = ctx.server.url();
+    // COMPARE_SEQ_CYCLES (per run) is for profiling; the documented run uses the default.
+    let cycles = std::env::var("COMPARE_SEQ_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(SEQ_CYCLES / SEQ_ROUNDS);
+    for round in 0..SEQ_ROUNDS {
+        eprintln!("sequential round {}/{SEQ_ROUNDS}", round + 1);
+        for e in entries.iter().filter(|e| selected(e.name)) {
+            let slot = out.entry(e.name).or_insert_with(|| Ok(Vec::new()));
+            let Ok(runs) = slot else { continue };
+            if e.keyspace {
+                let _ = ctx.config_set("notify-keyspace-events", "KA").await;
+            }
+            let _ = ctx.flush().await;
+            let r = timed(SEQ_CAP + Duration::from_secs(30), (e.run)(url.clone(), cycles)).await;
+            if e.keyspace {
+                let _ = ctx.config_set("notify-keyspace-events", "").await;
+            }
+            match r {
+                Ok(run) => runs.push(run),
+                Err(err) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
+            }
+        }
+    }
+    let _ = ctx.flush().await;
+    out
+}
+
+type WdHold = fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>>;
+
+/// COMPARE_WORKLOADS=seq,cont,hand,many,wd limits the workloads (and then nothing is written).
+fn workload(w: &str) -> bool {
+    match std::env::var("COMPARE_WORKLOADS") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
+        _ => true,
+    }
+}
+
+fn selected(name: &str) -> bool {
+    match std::env::var("COMPARE_ONLY") {
+        Ok(v) if !v.trim().is_empty() => {
+            v.split(',').any(|s| !s.trim().is_empty() && name.to_lowercase().contains(&s.trim().to_lowercase()))
+        }
+        _ => true,
+    }
+}
+
+struct Limits {
+    c1: Result<(f64, f64)>,
+    c50: Result<(f64, f64)>,
+    /// Informative: 50 clients with 16 requests pipelined each.
+    c50p16: Result<(f64, f64)>,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn main() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async_main())
+}
+
+async fn async_main() -> Result<()> {
+    let started = Instant::now();
+    let server = RedisServer::start()?;
+    server::set_server_pid(server.pid());
+    let client = redis::Client::open(server.url())?;
+    let admin = client.get_multiplexed_async_connection().await?;
+    let mut ctx = Ctx { server, admin };
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut ctx.admin).await?;
+    let redis_version =
+        info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
+    eprintln!("redis-server {redis_version} on port {}", ctx.server.port);
+
+    // The limit: redis-benchmark, EVALSHA of a one-key script (the raw baseline's compare-and-delete).
+    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(RAW_UNLOCK_LUA).query_async(&mut ctx.admin).await?;
+    let port = ctx.server.port;
+    let limits = if std::env::var("COMPARE_SKIP_LIMIT").is_ok() {
+        let skipped = || Err(anyhow::anyhow!("skipped (COMPARE_SKIP_LIMIT)"));
+        Limits { c1: skipped(), c50: skipped(), c50p16: skipped() }
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let args = ["EVALSHA", &sha, "1", "bench_limit", "token"];
+            Limits {
+                c1: redis_benchmark(port, 1, 20_000, &args),
+                c50: redis_benchmark(port, 50, 200_000, &args),
+                c50p16: redis_benchmark(port, 50, 500_000, &["-P", "16"].iter().chain(args.iter()).copied().collect::<Vec<_>>()),
+            }
+        })
+        .await?
+    };
+    eprintln!(
+        "limit: EVALSHA -c 1 {:?} rps, -c 50 {:?} rps",
+        limits.c1.as_ref().map(|x| x.0).ok(),
+        limits.c50.as_ref().map(|x| x.0).ok()
+    );
+
+    let mut seq = sequential_phase(&mut ctx).await;
+    let mut results: Vec<LibResult> = Vec::new();
+    macro_rules! run {
+        ($t:ty, $kind:expr, $wd:expr) => {
+            if selected(<$t as Lib>::NAME) {
+                results.push(run_lib::<$t>(&mut ctx, $kind, $wd, &mut seq).await);
+            }
+        };
+    }
+    run!(Raw, Kind::Raw, None);
+    run!(
+        Ferrisson,
+        Kind::Ferrisson,
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_ferrisson(&u).await })))
+    );
+    run!(
+        Rslock,
+        Kind::Peer,
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_rslock(&u).await })))
+    );
+    run!(
+        Rlock,
+        Kind::Peer,
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_rlock(&u).await })))
+    );
+    run!(
+        AsyncRedisLock,
+        Kind::Peer,
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_async_redis_lock(&u).await })))
+    );
+    run!(RedisLock, Kind::Peer, None);
+    run!(
+        Distkit,
+        Kind::Peer,
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_distkit(&u).await })))
+    );
+    run!(Redlock, Kind::Peer, None);
+    run!(Redisson, Kind::Peer, None);
+    // rdlock refuses to start without keyspace notifications; they cost every write, so they are
+    // on only during rdlock's turns.
+    run!(Rdlock, Kind::Peer, None);
+    for r in &mut results {
+        if r.name.starts_with("redisson") {
+            r.wd = Outcome::Na(
+                "n/a: its watchdog starts only for a lease under 1 s and then renews every 10 s, after \
+                 the lease ran out, so no working renewal to measure"
+                    .into(),
+            );
+        }
+        if r.kind == Kind::Raw {
+            r.wd = Outcome::Na("n/a: baseline".into());
+        }
+    }
+
+    let elapsed = started.elapsed();
+    let env = Env {
+        nproc: sh("nproc", &[]),
+        cpu: std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+            .unwrap_or_else(|| "?".into()),
+        redis_version,
+        date: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        rustc: sh("rustc", &["--version"]),
+        elapsed,
+    };
+    let (tables, targets) = render(&results, &limits);
+    println!("{tables}\n{targets}");
+    let partial = ["COMPARE_ONLY", "COMPARE_WORKLOADS", "COMPARE_SKIP_LIMIT", "COMPARE_SEQ_CYCLES"]
+        .iter()
+        .any(|k| std::env::var(k).map(|v| !v.trim().is_empty()).unwrap_or(false));
+    if std::env::var("COMPARE_NO_WRITE").is_err() && !partial {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../BENCHMARKS.md");
+        std::fs::write(path, document(&tables, &targets, &results, &env))?;
+        eprintln!("wrote {}", std::path::Path::new(path).canonicalize()?.display());
+    }
+    drop(ctx);
+    let violated: Vec<&str> = results
+        .iter()
+        .filter(|r| r.seq.violated() || r.cont.violated() || r.hand.violated() || r.many.violated())
+        .map(|r| r.name)
+        .collect();
+    if !violated.is_empty() {
+        eprintln!("MUTUAL EXCLUSION VIOLATED by: {}", violated.join(", "));
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+struct Env {
+    nproc: String,
+    cpu: String,
+    redis_version: String,
+    date: String,
+    rustc: String,
+    elapsed: Duration,
+}
+
+fn f0(x: f64) -> String {
+    if x.is_nan() { "–".into() } else { format!("{:.0}", x) }
+}
+fn f1(x: f64) -> String {
+    if x.is_nan() { "–".into() } else { format!("{:.1}", x) }
+}
+fn f2(x: f64) -> String {
+    if x.is_nan() { "–".into() } else { format!("{:.2}", x) }
+}
+fn f3(x: f64) -> String {
+    if x.is_nan() { "–".into() } else { format!("{:.3}", x) }
+}
+fn ratio(a: f64, b: Option<f64>) -> String {
+    match b {
+        Some(b) if b > 0.0 && !a.is_nan() => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    }
+}
+
+fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
+    let mut t = String::new();
+    let fer = results.iter().find(|r| r.kind == Kind::Ferrisson);
+    let raw = results.iter().find(|r| r.kind == Kind::Raw);
+    let c1 = limits.c1.as_ref().ok().map(|x| x.0);
+    let c50 = limits.c50.as_ref().ok().map(|x| x.0);
+
+    // Limits
+    let _ = writeln!(t, "### Limit: redis-benchmark, EVALSHA of a one-key script\n");
+    let _ = writeln!(t, "| clients | requests/s | p50 ms | as lock+unlock cycles/s (÷ 2) |");
+    let _ = writeln!(t, "|---|---:|---:|---:|");
+    for (c, l) in [("-c 1", &limits.c1), ("-c 50", &limits.c50), ("-c 50 -P 16 (informative, pipelined)", &limits.c50p16)] {
+        match l {
+            Ok((rps, p50)) => {
+                let _ = writeln!(t, "| {c} | {} | {} | {} |", f0(*rps), f3(*p50), f0(rps / 2.0));
+            }
+            Err(err) => {
+                let _ = writeln!(t, "| {c} | FAILED: {err:#} | | |");
+            }
+        }
+    }
+    let _ = writeln!(
+        t,
+        "\nThe targets use -c 1 and -c 50 (one request in flight per connection). A client that multiplexes \
+         many tasks over one connection pipelines them, which the -P 16 row shows Redis serves much faster."
+    );
+
+    // 1. Sequential
+    let fer_seq = fer.and_then(|r| r.seq.ok()).map(|s| s.ops_per_s);
+    let raw_seq = raw.and_then(|r| r.seq.ok()).map(|s| s.ops_per_s);
+    let _ = writeln!(
+        t,
+        "\n### 1. Sequential lock+unlock, one key, one owner ({SEQ_CYCLES} cycles: {SEQ_ROUNDS} runs of {} after {SEQ_WARMUP} warm-up each)\n",
+        SEQ_CYCLES / SEQ_ROUNDS
+    );
+    let _ = writeln!(
+        t,
+        "Each library runs on its own current-thread tokio runtime (one OS thread, the library connected on \
+         it), its {SEQ_ROUNDS} runs interleaved with the other libraries' runs. cycles/s is the median run \
+         (range: slowest..fastest run); p50/p99 are over all cycles. The last column is one {SEQ_CYCLES}-cycle \
+         run as a task on the shared 2-worker runtime: there, libraries that spawn tasks per lock keep the \
+         second worker awake and so skip thread wake-ups, which on this machine moves a cycle by up to 40 %.\n"
+    );
+    let _ = writeln!(
+        t,
+        "Limit column: cycles/s ÷ (EVALSHA -c 1 requests/s ÷ 2), i.e. against two of the cheapest one-key \
+         script round trips per cycle.\n"
+    );
+    let _ = writeln!(
+        t,
+        "Round trips: requests Redis read per cycle (`total_reads_processed`); scripts: EVALSHA/EVAL/FCALL per \
+         cycle; script exec: µs Redis spent running those scripts per cycle (commandstats `usec`); all cmds: \
+         every command Redis ran, those inside scripts included; CPU: µs of this process and of \
+         redis-server per cycle.\n"
+    );
+    let _ = writeln!(t, "| library | cycles/s | range | p50 ms | p99 ms | round trips | scripts | script exec µs | all cmds | client µs | redis µs | vs ferrisson | vs raw | vs limit | multi-thread rt: cycles/s, p50 ms |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (&r.seq, r.seq.cell()) {
+            (Outcome::Ok(s), _) => {
+                let capped = if s.capped { format!(" (a run stopped at {} s; {} cycles)", SEQ_CAP.as_secs(), s.cycles) } else { String::new() };
+                let _ = writeln!(
+                    t,
+                    "| {}{capped} | {} | {}..{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f0(s.ops_per_s),
+                    f0(s.ops_range.0),
+                    f0(s.ops_range.1),
+                    f3(s.p50_ms),
+                    f3(s.p99_ms),
+                    f2(s.reads_per_cycle),
+                    f2(s.scripts_per_cycle),
+                    f1(s.script_exec_us_per_cycle),
+                    f2(s.cmds_per_cycle),
+                    f0(s.client_us_per_cycle),
+                    f0(s.server_us_per_cycle),
+                    ratio(s.ops_per_s, fer_seq),
+                    ratio(s.ops_per_s, raw_seq),
+                    ratio(s.ops_per_s, c1.map(|c| c / 2.0)),
+                    match (&r.seq_mt, r.seq_mt.cell()) {
+                        (Outcome::Ok(m), _) => format!("{}, {}", f0(m.ops_per_s), f3(m.p50_ms)),
+                        (_, Some(c)) => c,
+                        _ => String::new(),
+                    },
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+
+    // 2. Contention
+    let fer_cont = fer.and_then(|r| r.cont.ok()).map(|s| s.ops_per_s);
+    let mean = CONT_TOTAL as f64 / CONT_TASKS as f64;
+    let _ = writeln!(
+        t,
+        "\n### 2. Contention: {CONT_TASKS} tasks, one key, {CONT_TOTAL} acquisitions in total (even share {mean:.0} per task)\n"
+    );
+    let _ = writeln!(
+        t,
+        "Per acquisition, over the whole run (failed attempts, polls and wake-ups included): requests Redis read, \
+         script calls, and CPU µs of this process and of redis-server.\n"
+    );
+    let _ = writeln!(t, "| library | acquisitions/s | acquire p50 ms | acquire p99 ms | per task min..max | requests/acq | scripts/acq | client µs/acq | redis µs/acq | vs ferrisson |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (&r.cont, r.cont.cell()) {
+            (Outcome::Ok(s), _) => {
+                let capped = if s.capped {
+                    format!(" (stopped at {} s: {} acquisitions)", CONT_CAP.as_secs(), s.acquisitions)
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(
+                    t,
+                    "| {}{capped} | {} | {} | {} | {}..{} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f0(s.ops_per_s),
+                    f3(s.acq_p50_ms),
+                    f3(s.acq_p99_ms),
+                    s.per_task.iter().min().unwrap_or(&0),
+                    s.per_task.iter().max().unwrap_or(&0),
+                    f2(s.requests_per_acq),
+                    f2(s.scripts_per_acq),
+                    f0(s.client_us_per_acq),
+                    f0(s.server_us_per_acq),
+                    ratio(s.ops_per_s, fer_cont),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+
+    // 3. Handoff
+    let fer_hand = fer.and_then(|r| r.hand.ok()).map(|s| s.ret_p50_ms);
+    let _ = writeln!(
+        t,
+        "\n### 3. Handoff: A holds, B's lock() pending for {} ms, A releases ({HANDOFF_ROUNDS} rounds)\n",
+        HANDOFF_PENDING.as_millis()
+    );
+    let _ = writeln!(
+        t,
+        "Measured from A's release call **returning** to B's lock() returning (the time the lock sits free as \
+         the two clients see it; negative when B's grant arrived before A's release reply); the last two columns \
+         from A's release call **starting** (adds the release round trip).\n"
+    );
+    let _ = writeln!(t, "| library | p50 ms | p99 ms | vs ferrisson (p50) | p50 ms (from start) | p99 ms (from start) |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (&r.hand, r.hand.cell()) {
+            (Outcome::Ok(s), _) => {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f3(s.ret_p50_ms),
+                    f3(s.ret_p99_ms),
+                    ratio(s.ret_p50_ms, fer_hand),
+                    f3(s.start_p50_ms),
+                    f3(s.start_p99_ms),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+
+    // 4. Many keys
+    let fer_many = fer.and_then(|r| r.many.ok()).map(|s| s.cycles_per_s);
+    let _ = writeln!(
+        t,
+        "\n### 4. Many keys: {MANY_TASKS} tasks, each cycling its own key on one client, {} s\n",
+        MANY_DURATION.as_secs()
+    );
+    let _ = writeln!(
+        t,
+        "Limit column: lock operations/s (acquire and release each count, 2 per cycle) ÷ EVALSHA -c 50 \
+         requests/s — Redis calls against Redis calls.\n"
+    );
+    let _ = writeln!(
+        t,
+        "CPU: % of one core over the run, and µs per cycle, of this process and of redis-server; script exec: \
+         µs Redis spent running scripts per cycle and that time as % of the wall time (Redis runs them on one \
+         thread, so near 100 % the scripts alone saturate it).\n"
+    );
+    let _ = writeln!(t, "| library | cycles/s | lock ops/s | per task min..max | client CPU % | redis CPU % | client µs/cycle | redis µs/cycle | script exec µs/cycle (% of wall) | vs ferrisson | vs limit |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (&r.many, r.many.cell()) {
+            (Outcome::Ok(s), _) => {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {}..{} | {} | {} | {} | {} | {} ({}) | {} | {} |",
+                    r.name,
+                    f0(s.cycles_per_s),
+                    f0(2.0 * s.cycles_per_s),
+                    s.per_task_min,
+                    s.per_task_max,
+                    f0(s.client_cpu_pct),
+                    f0(s.server_cpu_pct),
+                    f0(s.client_us_per_cycle),
+                    f0(s.server_us_per_cycle),
+                    f1(s.script_exec_us_per_cycle),
+                    format!("{:.0} %", s.script_exec_pct),
+                    ratio(s.cycles_per_s, fer_many),
+                    ratio(2.0 * s.cycles_per_s, c50),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+
+    // 5. Watchdog
+    let fer_wd = fer.and_then(|r| r.wd.ok()).map(|s| s.script_calls_per_tick);
+    let _ = writeln!(
+        t,
+        "\n### 5. Watchdog: {} locks held, {} s lease renewed every {} s; {} ticks measured\n",
+        watchdog::WD_LOCKS,
+        watchdog::WD_LEASE.as_secs(),
+        watchdog::WD_INTERVAL.as_secs(),
+        watchdog::WD_TICKS
+    );
+    let _ = writeln!(
+        t,
+        "Per tick = per renewal interval. Script calls: EVALSHA+EVAL+FCALL from INFO commandstats; CPU: \
+         utime+stime from /proc over the window.\n"
+    );
+    let _ = writeln!(t, "| library | acquire 10k s | script calls/tick | all cmds/tick | client CPU ms/tick | redis CPU ms/tick | vs ferrisson (calls) |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (&r.wd, r.wd.cell()) {
+            (Outcome::Ok(s), _) => {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f2(s.acquire_s),
+                    f0(s.script_calls_per_tick),
+                    f0(s.cmds_per_tick),
+                    f0(s.client_cpu_ms_per_tick),
+                    f0(s.server_cpu_ms_per_tick),
+                    ratio(s.script_calls_per_tick, fer_wd),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+
+    // Targets
+    let peers: Vec<&LibResult> = results.iter().filter(|r| r.kind == Kind::Peer).collect();
+    let best = |f: &dyn Fn(&LibResult) -> Option<f64>| -> Option<(f64, &'static str)> {
+        peers.iter().filter_map(|r| f(r).map(|v| (v, r.name))).max_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let mut g = String::new();
+    let _ = writeln!(g, "### Targets (ferrisson)\n");
+    let _ = writeln!(g, "| target | measured | result |");
+    let _ = writeln!(g, "|---|---|---|");
+    let mut line = |name: String, measured: String, pass: Option<bool>| {
+        let res = match pass {
+            Some(true) => "PASS",
+            Some(false) => "MISS",
+            None => "n/a",
+        };
+        let _ = writeln!(g, "| {name} | {measured} | {res} |");
+    };
+    // 1
+    if let Some(fs) = fer_seq {
+        match raw_seq {
+            Some(rs) => line(
+                "sequential ≥ 0.9× raw baseline".into(),
+                format!("{} vs {} cycles/s = {}", f0(fs), f0(rs), ratio(fs, Some(rs))),
+                Some(fs >= 0.9 * rs),
+            ),
+            None => line("sequential ≥ 0.9× raw baseline".into(), "raw not run".into(), None),
+        }
+        let bp = best(&|r| r.seq.ok().map(|s| s.ops_per_s));
+        match bp {
+            Some((v, n)) => line(
+                "sequential ≥ 1.3× best peer".into(),
+                format!("{} vs {} ({n}) = {}", f0(fs), f0(v), ratio(fs, Some(v))),
+                Some(fs >= 1.3 * v),
+            ),
+            None => line("sequential ≥ 1.3× best peer".into(), "no peer result".into(), None),
+        }
+    } else {
+        line("sequential".into(), "ferrisson did not run".into(), None);
+    }
+    // 2
+    if let Some(c) = fer.and_then(|r| r.cont.ok()) {
+        let bp = best(&|r| r.cont.ok().map(|s| s.ops_per_s));
+        let even = |s: &Contention| {
+            let m = s.per_task.iter().sum::<usize>() as f64 / s.per_task.len() as f64;
+            let mx = *s.per_task.iter().max().unwrap_or(&0) as f64;
+            let mn = *s.per_task.iter().min().unwrap_or(&0) as f64;
+            mx <= 2.0 * m && mn >= m / 2.0
+        };
+        let fair = best(&|r| r.cont.ok().filter(|s| even(s)).map(|s| s.ops_per_s));
+        let fair_note = match fair {
+            Some((v, n)) => format!("; best peer within 2× of even: {} ({n}) = {}", f0(v), ratio(c.ops_per_s, Some(v))),
+            None => "; no peer within 2× of even".into(),
+        };
+        match bp {
+            Some((v, n)) => line(
+                "contended ops/s ≥ 1.2× best peer".into(),
+                format!("{} vs {} ({n}) = {}{fair_note}", f0(c.ops_per_s), f0(v), ratio(c.ops_per_s, Some(v))),
+                Some(c.ops_per_s >= 1.2 * v),
+            ),
+            None => line("contended ops/s ≥ 1.2× best peer".into(), "no peer result".into(), None),
+        }
+        let n = c.per_task.len() as f64;
+        let m = c.per_task.iter().sum::<usize>() as f64 / n;
+        let (mn, mx) = (*c.per_task.iter().min().unwrap() as f64, *c.per_task.iter().max().unwrap() as f64);
+        line(
+            "contended acquisitions per task: max ≤ 2×mean, min ≥ mean/2".into(),
+            format!("min {mn:.0}, max {mx:.0}, mean {m:.0} (per task {:?})", c.per_task),
+            Some(mx <= 2.0 * m && mn >= m / 2.0),
+        );
+    } else {
+        line("contention".into(), "ferrisson result missing".into(), None);
+    }
+    // 3
+    if let Some(h) = fer.and_then(|r| r.hand.ok()) {
+        line(
+            "handoff p50 ≤ 0.3 ms (from release returning)".into(),
+            format!(
+                "{} ms (from release starting: {} ms, {})",
+                f3(h.ret_p50_ms),
+                f3(h.start_p50_ms),
+                if h.start_p50_ms <= 0.3 { "also within" } else { "over" }
+            ),
+            Some(h.ret_p50_ms <= 0.3),
+        );
+        line(
+            "handoff p99 ≤ 2 ms (from release returning)".into(),
+            format!(
+                "{} ms (from release starting: {} ms, {})",
+                f3(h.ret_p99_ms),
+                f3(h.start_p99_ms),
+                if h.start_p99_ms <= 2.0 { "also within" } else { "over" }
+            ),
+            Some(h.ret_p99_ms <= 2.0),
+        );
+    } else {
+        line("handoff".into(), "ferrisson result missing".into(), None);
+    }
+    // 4
+    match (fer.and_then(|r| r.many.ok()), c50) {
+        (Some(m), Some(l)) => line(
+            "many keys ≥ 0.7× EVALSHA -c 50 limit (lock ops: 2 per cycle)".into(),
+            format!(
+                "{} ops/s ({} cycles/s) vs {} requests/s = {} (cycles basis: {})",
+                f0(2.0 * m.cycles_per_s),
+                f0(m.cycles_per_s),
+                f0(l),
+                ratio(2.0 * m.cycles_per_s, Some(l)),
+                ratio(m.cycles_per_s, Some(l))
+            ),
+            Some(2.0 * m.cycles_per_s >= 0.7 * l),
+        ),
+        _ => line("many keys".into(), "result or limit missing".into(), None),
+    }
+    // 5
+    if let Some(w) = fer.and_then(|r| r.wd.ok()) {
+        let budget = w.locks.div_ceil(100) as f64;
+        line(
+            format!("watchdog ≤ ceil({}/100) = {budget:.0} script calls per tick", w.locks),
+            format!(
+                "{} calls/tick ({} cmds/tick), client CPU {} ms/tick",
+                f0(w.script_calls_per_tick),
+                f0(w.cmds_per_tick),
+                f0(w.client_cpu_ms_per_tick)
+            ),
+            Some(w.script_calls_per_tick <= budget + 0.5),
+        );
+    } else {
+        line("watchdog".into(), "ferrisson result missing".into(), None);
+    }
+    (t, g)
+}
+
+fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> String {
+    let mut d = String::new();
+    let _ = writeln!(d, "# Benchmarks: ferrisson against other Redis lock crates\n");
+    let _ = writeln!(
+        d,
+        "Generated by `benches/compare` (a separate Cargo project; do not edit this file by hand). To \
+         regenerate, from the repository root:\n\n```sh\n{COMMAND}\n```\n\nIt starts one `redis-server` on a \
+         free loopback port (`--save '' --appendonly no`), runs every workload on every library against it \
+         in one process (a 2-worker tokio runtime), runs `redis-benchmark` against the same server for the \
+         limit, and kills the server at the end.\n"
+    );
+    let _ = writeln!(d, "- Machine: {} CPUs (`nproc`), {}", env.nproc, env.cpu);
+    let _ = writeln!(d, "- Redis: {}", env.redis_version);
+    let _ = writeln!(d, "- Toolchain: {}", env.rustc);
+    let _ = writeln!(d, "- Date: {}", env.date);
+    let _ = writeln!(d, "- Whole run: {:.0} s\n", env.elapsed.as_secs_f64());
+    let _ = writeln!(
+        d,
+        "Every workload checks mutual exclusion with a shared in-process counter that must be 0 when a \
+         holder enters; an overlap panics the task and shows as FAILED. Ratios are library ÷ ferrisson \
+         (for latencies, above 1× is slower). The Redis server, the client and (for the limit) \
+         redis-benchmark share the same {} CPUs, so these are relative numbers for this machine.\n",
+        env.nproc
+    );
+    d.push_str("## Results\n\n");
+    d.push_str(tables);
+    d.push('\n');
+    d.push_str(targets);
+    d.push_str("\n## How each library is driven\n\n");
+    for r in results {
+        let _ = writeln!(d, "- **{}**: {}", r.name, r.config);
+    }
+    let _ = writeln!(
+        d,
+        "\nPolling libraries get a {} ms retry interval where they allow one (their defaults of 50 ms–1 s \
+         would measure the sleep). Libraries that renew leases (rslock inside `using`, rlock, \
+         async-redis-lock, distkit) renew one lock per call on a timer per lock; ferrisson renews up to 100 \
+         leases per script call from one task per client. redis-lock, redlock and rdlock have no renewal; \
+         redisson 0.1's watchdog does not work with a lease of 1 s or more (see the table). Every peer \
+         is pinned to an exact version (`=x.y.z`, the newest on crates.io when the harness was written) in \
+         `benches/compare/Cargo.toml`, and all of them build with the toolchain above.\n",
+        RETRY.as_millis()
+    );
+    d.push_str(
+        "## Reading the numbers\n\n\
+         - **Noise.** The client, Redis and redis-benchmark share the machine's CPUs (and whatever else runs \
+         on it), and a cycle of two loopback round trips is dominated by waking threads up, so repeated runs \
+         differ by 10–25 %. Workload 1 therefore interleaves its runs across libraries and reports the median \
+         run with the range; compare the ratios of one run rather than absolute numbers across runs.\n\
+         - **Script exec.** `script exec µs` is Redis's own time inside EVALSHA/EVAL/FCALL (INFO commandstats \
+         `usec`). It sits on the critical path of every round trip in workload 1, and in workload 4 it shows \
+         how close a library's scripts alone come to saturating Redis's single thread.\n\
+         - **Contention.** Polling libraries usually let the task that just released take the lock again \
+         (the others are asleep until their next poll), which is cheap but unfair: see `per task min..max`. \
+         ferrisson wakes one waiter per unlock through pub/sub; the woken waiter races the releaser's next \
+         `lock()`, and each lost race is one more script call (`scripts/acq`).\n\
+         - **Handoff.** Both sides run in this process on two worker threads next to Redis, so A's release \
+         reply and B's wake-up compete for the same CPUs; the time from A's release returning is the gap as \
+         the two clients see it, the time from the release call starting adds A's round trip as delayed by \
+         that competition.\n\
+         - **Limit.** redis-benchmark -c 50 keeps one request in flight per connection. Clients that multiplex \
+         many tasks over one connection (raw, ferrisson, most peers) pipeline, so they can exceed that figure \
+         (see the informative -P 16 row); the many-keys target compares lock operations (2 per cycle) with it.\n",
+    );
+    d
+}

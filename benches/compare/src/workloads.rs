@@ -1,0 +1,496 @@
+//! The workloads, generic over a library adapter. Every critical section goes through `Inside`,
+//! a shared in-process counter that must be 0 on entry: an overlap panics the task, and the
+//! harness reports the library as FAILED (and exits non-zero at the end).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use tokio::task::JoinHandle;
+
+use crate::libs::{Lib, Owner};
+use crate::server::{CmdStats, commandstats, cpu_now};
+
+pub struct Inside(AtomicUsize);
+
+impl Inside {
+    pub fn new() -> Arc<Inside> {
+        Arc::new(Inside(AtomicUsize::new(0)))
+    }
+    pub fn enter(&self, who: &str) {
+        let before = self.0.fetch_add(1, Ordering::SeqCst);
+        if before != 0 {
+            panic!("MUTUAL EXCLUSION VIOLATED ({who}): {before} other holder(s) inside the critical section");
+        }
+    }
+    pub fn exit(&self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Async libraries: a tokio task. Sync libraries: a blocking thread that drives the (blocking)
+/// future to completion with the runtime's handle, i.e. plain `spawn_blocking`.
+pub fn spawn_task<L: Lib, F, T>(fut: F) -> JoinHandle<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    if L::SYNC {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(fut))
+    } else {
+        tokio::spawn(fut)
+    }
+}
+
+async fn join<T>(h: JoinHandle<Result<T>>) -> Result<T> {
+    match h.await {
+        Ok(r) => r,
+        Err(err) if err.is_panic() => {
+            let p = err.into_panic();
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(anyhow!("PANIC: {msg}"))
+        }
+        Err(err) => Err(anyhow!("task failed: {err}")),
+    }
+}
+
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+
+pub struct Sequential {
+    pub cycles: usize,
+    /// Median over the runs of each run's cycles/s.
+    pub ops_per_s: f64,
+    /// Lowest and highest run.
+    pub ops_range: (f64, f64),
+    /// Over every measured cycle of every run.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Every command Redis ran, including those inside scripts.
+    pub cmds_per_cycle: f64,
+    pub scripts_per_cycle: f64,
+    pub script_exec_us_per_cycle: f64,
+    /// Requests (server socket reads) per cycle: round trips.
+    pub reads_per_cycle: f64,
+    pub client_us_per_cycle: f64,
+    pub server_us_per_cycle: f64,
+    pub capped: bool,
+}
+
+/// One run of sequential cycles.
+pub struct SeqRun {
+    lat: Vec<f64>,
+    secs: f64,
+    before: CmdStats,
+    after: CmdStats,
+    cpu0: (f64, f64),
+    cpu1: (f64, f64),
+    capped: bool,
+}
+
+pub const SEQ_WARMUP: usize = 200;
+pub const SEQ_CYCLES: usize = 5000;
+/// The current-thread measurement is split in this many runs, interleaved across libraries.
+pub const SEQ_ROUNDS: usize = 5;
+pub const SEQ_CAP: Duration = Duration::from_secs(10);
+
+pub fn aggregate(runs: &[SeqRun]) -> Sequential {
+    let mut lat: Vec<f64> = runs.iter().flat_map(|r| r.lat.iter().copied()).collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let n = lat.len().max(1) as f64;
+    let mut rates: Vec<f64> = runs.iter().map(|r| r.lat.len() as f64 / r.secs).collect();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    let sum = |f: &dyn Fn(&SeqRun) -> f64| runs.iter().map(f).sum::<f64>() / n;
+    Sequential {
+        cycles: lat.len(),
+        ops_per_s: pct(&rates, 50.0),
+        ops_range: (rates[0], rates[rates.len() - 1]),
+        p50_ms: pct(&lat, 50.0),
+        p99_ms: pct(&lat, 99.0),
+        cmds_per_cycle: sum(&|r| (r.after.total - r.before.total) as f64),
+        scripts_per_cycle: sum(&|r| (r.after.scripts - r.before.scripts) as f64),
+        script_exec_us_per_cycle: sum(&|r| (r.after.script_usec - r.before.script_usec) as f64),
+        // minus the read of the second INFO itself
+        reads_per_cycle: sum(&|r| (r.after.reads - r.before.reads - 1) as f64),
+        client_us_per_cycle: sum(&|r| (r.cpu1.0 - r.cpu0.0) * 1000.0),
+        server_us_per_cycle: sum(&|r| (r.cpu1.1 - r.cpu0.1) * 1000.0),
+        capped: runs.iter().any(|r| r.capped),
+    }
+}
+
+/// On the shared multi-thread runtime (a tokio task, or a blocking thread for sync libraries).
+pub async fn sequential<L: Lib>(lib: Arc<L>, admin: redis::aio::MultiplexedConnection) -> Result<Sequential> {
+    let run = join(spawn_task::<L, _, _>(sequential_run(lib, admin, SEQ_CYCLES))).await?;
+    Ok(aggregate(&[run]))
+}
+
+/// On a fresh OS thread with its own current-thread runtime: the library connects there, so its
+/// connection tasks and the loop share one thread and no cycle waits for another thread's wake-up.
+pub async fn sequential_current_thread<L: Lib>(url: String, cycles: usize) -> Result<SeqRun> {
+    let h = std::thread::spawn(move || -> Result<SeqRun> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async move {
+            let lib = Arc::new(L::connect(&url).await?);
+            let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+            sequential_run(lib, admin, cycles).await
+        })
+    });
+    tokio::task::spawn_blocking(move || {
+        h.join().unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(anyhow!("PANIC: {msg}"))
+        })
+    })
+    .await?
+}
+
+async fn sequential_run<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection, cycles: usize) -> Result<SeqRun> {
+    let inside = Inside::new();
+    let mut o = lib.owner("bench_seq").await?;
+    for _ in 0..SEQ_WARMUP {
+        o.lock().await?;
+        inside.enter(L::NAME);
+        inside.exit();
+        o.unlock().await?;
+    }
+    let before: CmdStats = commandstats(&mut admin).await?;
+    let cpu0 = cpu_now();
+    let mut lat = Vec::with_capacity(cycles);
+    let start = Instant::now();
+    let mut capped = false;
+    for _ in 0..cycles {
+        let t = Instant::now();
+        o.lock().await?;
+        inside.enter(L::NAME);
+        inside.exit();
+        o.unlock().await?;
+        lat.push(ms(t.elapsed()));
+        if start.elapsed() > SEQ_CAP {
+            capped = true;
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu1 = cpu_now();
+    let after = commandstats(&mut admin).await?;
+    Ok(SeqRun { lat, secs, before, after, cpu0, cpu1, capped })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+pub struct Contention {
+    pub acquisitions: usize,
+    pub ops_per_s: f64,
+    pub acq_p50_ms: f64,
+    pub acq_p99_ms: f64,
+    pub per_task: Vec<usize>,
+    pub capped: bool,
+    /// Per counted acquisition (the whole run, so failed attempts and wake-ups are included).
+    pub requests_per_acq: f64,
+    pub scripts_per_acq: f64,
+    pub client_us_per_acq: f64,
+    pub server_us_per_acq: f64,
+}
+
+pub const CONT_TASKS: usize = 8;
+pub const CONT_TOTAL: i64 = 2000;
+pub const CONT_CAP: Duration = Duration::from_secs(15);
+
+pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection) -> Result<Contention> {
+    let s0 = commandstats(&mut admin).await?;
+    let cpu0 = cpu_now();
+    let inside = Inside::new();
+    let remaining = Arc::new(AtomicI64::new(CONT_TOTAL));
+    let barrier = Arc::new(tokio::sync::Barrier::new(CONT_TASKS));
+    let start = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let last = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut handles = Vec::new();
+    for _ in 0..CONT_TASKS {
+        let (lib, inside, remaining, barrier, start, last) =
+            (lib.clone(), inside.clone(), remaining.clone(), barrier.clone(), start.clone(), last.clone());
+        handles.push(spawn_task::<L, _, _>(async move {
+            let mut o = lib.owner("bench_contend").await?;
+            barrier.wait().await;
+            let start = *start.get_or_init(Instant::now);
+            let mut lat = Vec::new();
+            let mut capped = false;
+            loop {
+                let t = Instant::now();
+                o.lock().await?;
+                let waited = ms(t.elapsed());
+                inside.enter(L::NAME);
+                let ticket = remaining.fetch_sub(1, Ordering::SeqCst);
+                if ticket == 1 {
+                    *last.lock().unwrap() = Some(Instant::now());
+                }
+                inside.exit();
+                o.unlock().await?;
+                if ticket <= 0 {
+                    break;
+                }
+                lat.push(waited);
+                if start.elapsed() > CONT_CAP {
+                    capped = true;
+                    // Let the others finish too: nobody takes another ticket.
+                    remaining.store(i64::MIN / 2, Ordering::SeqCst);
+                    break;
+                }
+            }
+            Ok::<_, anyhow::Error>((lat, capped))
+        }));
+    }
+    let mut all = Vec::new();
+    let mut per_task = Vec::new();
+    let mut capped = false;
+    let mut first_err = None;
+    for h in handles {
+        match join(h).await {
+            Ok((lat, c)) => {
+                per_task.push(lat.len());
+                all.extend(lat);
+                capped |= c;
+            }
+            Err(err) => {
+                first_err.get_or_insert(err);
+            }
+        }
+    }
+    let cpu1 = cpu_now();
+    let s1 = commandstats(&mut admin).await?;
+    if let Some(err) = first_err {
+        return Err(err);
+    }
+    let start = *start.get().unwrap();
+    let end = last.lock().unwrap().unwrap_or_else(Instant::now);
+    all.sort_by(|a, b| a.total_cmp(b));
+    let n = all.len();
+    let per = |x: f64| x / n.max(1) as f64;
+    Ok(Contention {
+        requests_per_acq: per((s1.reads - s0.reads - 1) as f64),
+        scripts_per_acq: per((s1.scripts - s0.scripts) as f64),
+        client_us_per_acq: per((cpu1.0 - cpu0.0) * 1000.0),
+        server_us_per_acq: per((cpu1.1 - cpu0.1) * 1000.0),
+        acquisitions: n,
+        ops_per_s: n as f64 / (end - start).as_secs_f64(),
+        acq_p50_ms: pct(&all, 50.0),
+        acq_p99_ms: pct(&all, 99.0),
+        per_task,
+        capped,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+pub struct Handoff {
+    /// From A's release call starting to B's lock() returning.
+    pub start_p50_ms: f64,
+    pub start_p99_ms: f64,
+    /// From A's release call returning to B's lock() returning (negative: B got it first).
+    pub ret_p50_ms: f64,
+    pub ret_p99_ms: f64,
+}
+
+pub const HANDOFF_ROUNDS: usize = 50;
+/// How long B's lock() call is left pending before A releases.
+pub const HANDOFF_PENDING: Duration = Duration::from_millis(15);
+
+pub async fn handoff<L: Lib>(lib: Arc<L>) -> Result<Handoff> {
+    let inside = Inside::new();
+    let h = spawn_task::<L, _, _>(async move {
+        let mut a = lib.owner("bench_handoff").await?;
+        let mut b = Some(lib.owner("bench_handoff").await?);
+        let mut from_start = Vec::new();
+        let mut from_ret = Vec::new();
+        // one warm-up round, not measured
+        for round in 0..=HANDOFF_ROUNDS {
+            a.lock().await?;
+            inside.enter(L::NAME);
+            let mut bo = b.take().unwrap();
+            let ib = inside.clone();
+            let hb = spawn_task::<L, _, _>(async move {
+                bo.lock().await?;
+                let got = Instant::now();
+                ib.enter(L::NAME);
+                ib.exit();
+                bo.unlock().await?;
+                Ok::<_, anyhow::Error>((bo, got))
+            });
+            tokio::time::sleep(HANDOFF_PENDING).await;
+            if hb.is_finished() {
+                inside.exit();
+                a.unlock().await?;
+                let _ = join(hb).await;
+                bail!("B acquired while A held the lock");
+            }
+            inside.exit();
+            let rs = Instant::now();
+            a.unlock().await?;
+            let re = Instant::now();
+            let (bo, got) = join(hb).await?;
+            b = Some(bo);
+            if round > 0 {
+                from_start.push(ms(got - rs));
+                from_ret.push(if got >= re { ms(got - re) } else { -ms(re - got) });
+            }
+        }
+        from_start.sort_by(|x, y| x.total_cmp(y));
+        from_ret.sort_by(|x, y| x.total_cmp(y));
+        Ok(Handoff {
+            start_p50_ms: pct(&from_start, 50.0),
+            start_p99_ms: pct(&from_start, 99.0),
+            ret_p50_ms: pct(&from_ret, 50.0),
+            ret_p99_ms: pct(&from_ret, 99.0),
+        })
+    });
+    join(h).await
+}
+
+// ---------------------------------------------------------------------------------------------
+
+pub struct ManyKeys {
+    pub cycles_per_s: f64,
+    pub per_task_min: usize,
+    pub per_task_max: usize,
+    /// CPU over the run, in % of one core.
+    pub client_cpu_pct: f64,
+    pub server_cpu_pct: f64,
+    pub client_us_per_cycle: f64,
+    pub server_us_per_cycle: f64,
+    /// Redis time executing scripts per cycle, and as a share of the wall time.
+    pub script_exec_us_per_cycle: f64,
+    pub script_exec_pct: f64,
+}
+
+pub const MANY_TASKS: usize = 64;
+pub const MANY_DURATION: Duration = Duration::from_secs(3);
+
+pub async fn many_keys<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection) -> Result<ManyKeys> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(MANY_TASKS));
+    let start = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let cpu0 = Arc::new(std::sync::OnceLock::<(f64, f64)>::new());
+    // Taken by one task between two barriers, while every task waits: exactly before the run.
+    let stats0 = Arc::new(tokio::sync::OnceCell::<CmdStats>::new());
+    let mut handles = Vec::new();
+    for i in 0..MANY_TASKS {
+        let (lib, barrier, start, cpu0, stats0, admin) =
+            (lib.clone(), barrier.clone(), start.clone(), cpu0.clone(), stats0.clone(), admin.clone());
+        handles.push(spawn_task::<L, _, _>(async move {
+            let inside = Inside::new(); // one key per task, so one counter per key
+            let mut o = lib.owner(&format!("bench_many_{i}")).await?;
+            o.lock().await?; // warm-up cycle (connections, scripts)
+            o.unlock().await?;
+            if barrier.wait().await.is_leader() {
+                let mut admin = admin;
+                let _ = stats0.get_or_try_init(|| commandstats(&mut admin)).await;
+            }
+            barrier.wait().await;
+            let start = *start.get_or_init(|| {
+                cpu0.get_or_init(cpu_now);
+                Instant::now()
+            });
+            let deadline = start + MANY_DURATION;
+            let mut n = 0usize;
+            while Instant::now() < deadline {
+                o.lock().await?;
+                inside.enter(L::NAME);
+                inside.exit();
+                o.unlock().await?;
+                n += 1;
+            }
+            Ok::<_, anyhow::Error>((n, Instant::now()))
+        }));
+    }
+    let mut counts = Vec::new();
+    let mut end = None::<Instant>;
+    let mut first_err = None;
+    for h in handles {
+        match join(h).await {
+            Ok((n, t)) => {
+                counts.push(n);
+                end = Some(end.map_or(t, |e| e.max(t)));
+            }
+            Err(err) => {
+                first_err.get_or_insert(err);
+            }
+        }
+    }
+    let cpu1 = cpu_now();
+    let stats1 = commandstats(&mut admin).await?;
+    if let Some(err) = first_err {
+        return Err(err);
+    }
+    let start = *start.get().unwrap();
+    let cpu0 = *cpu0.get().unwrap();
+    let stats0 = *stats0.get().ok_or_else(|| anyhow!("no commandstats before the run"))?;
+    let script_us = (stats1.script_usec - stats0.script_usec) as f64;
+    let total: usize = counts.iter().sum();
+    let wall_ms = (end.unwrap() - start).as_secs_f64() * 1000.0;
+    Ok(ManyKeys {
+        cycles_per_s: total as f64 / (end.unwrap() - start).as_secs_f64(),
+        client_cpu_pct: (cpu1.0 - cpu0.0) / wall_ms * 100.0,
+        server_cpu_pct: (cpu1.1 - cpu0.1) / wall_ms * 100.0,
+        client_us_per_cycle: (cpu1.0 - cpu0.0) * 1000.0 / total as f64,
+        server_us_per_cycle: (cpu1.1 - cpu0.1) * 1000.0 / total as f64,
+        script_exec_us_per_cycle: script_us / total as f64,
+        script_exec_pct: script_us / 1000.0 / wall_ms * 100.0,
+        per_task_min: *counts.iter().min().unwrap(),
+        per_task_max: *counts.iter().max().unwrap(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_inside_panics() {
+        let inside = Inside::new();
+        inside.enter("test");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inside.enter("test")));
+        assert!(r.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_overlap_in_a_task_becomes_a_loud_error() {
+        let inside = Inside::new();
+        inside.enter("test");
+        let i2 = inside.clone();
+        let err = join(tokio::spawn(async move {
+            i2.enter("test");
+            Ok::<_, anyhow::Error>(())
+        }))
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("MUTUAL EXCLUSION VIOLATED"), "{err}");
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(pct(&v, 50.0), 51.0);
+        assert_eq!(pct(&v, 99.0), 99.0);
+        assert!(pct(&[], 50.0).is_nan());
+    }
+}
