@@ -1,5 +1,6 @@
 -- Gives back one hold of a fair lock. The last one frees it and wakes the first live waiter on
--- its own channel. Safe to resend: the reply is kept in a latch keyed by the request id.
+-- its own channel. Safe to resend, as lock_release.lua: a partial release keeps its reply in a
+-- latch, and a resend that finds no hold answers 2.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue of waiting owners
@@ -9,29 +10,35 @@
 -- ARGV[2]  lease in ms: the TTL the lock gets back while holds remain
 -- ARGV[3]  latch TTL in ms
 -- ARGV[4]  the waiters' channel prefix; the head waiter is told on '<prefix>:<owner>'
+-- ARGV[5]  '1' when this request is a resend, else '0'
 --
 -- Replies: 1 released (lock deleted, head waiter told), 0 still held (reentrant holds remain),
--- nil when the owner holds no hold (nothing changed).
+-- nil when the owner holds no hold (nothing changed), 2 (resends only) no hold and no partial
+-- release by this request recorded.
 -- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
 
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local done = redis.call('get', KEYS[4])
-if done then
-  return tonumber(done)
+if ARGV[5] == '1' then
+  local done = redis.call('get', KEYS[4])
+  if done then
+    return tonumber(done)
+  end
 end
-local kind = redis.call('type', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then
+  if ARGV[5] == '1' then
+    return 2
+  end
   return nil
 end
 
 local reply = 0
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if holds > 1 then
+  redis.call('hset', KEYS[1], ARGV[1], holds - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('set', KEYS[4], 0, 'px', ARGV[3])
 else
   reply = 1
   redis.call('del', KEYS[1])
@@ -51,5 +58,4 @@ else
     redis.call('zrem', KEYS[3], head)
   end
 end
-redis.call('set', KEYS[4], reply, 'px', ARGV[3])
 return reply

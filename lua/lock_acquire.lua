@@ -10,31 +10,39 @@
 --   {2, token}  granted again to the owner that holds it (TTL reset to the lease); token is the
 --               counter's current value, which no grant has moved since the owner got the lock
 --   {0, pttl}   held by another owner; pttl is the lock's remaining TTL in ms, -1 without TTL
--- Errors: WRONGTYPE when a key holds another type. Every check comes before the first write, so
--- an error changes nothing.
+-- Errors: WRONGTYPE when a key holds another type; any error comes before the first write, so
+-- it changes nothing (the INCR is the first write: a server refusing writes refuses it).
 
 local kind = redis.call('type', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+
+local function counter_error(err)
+  if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
+  end
+  return redis.error_reply(err)
 end
 
-local counter = redis.pcall('get', KEYS[2])
-if type(counter) == 'table' or (counter and not tonumber(counter)) then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
-end
-
--- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
 if kind == 'none' then
-  local token = redis.call('incr', KEYS[2])
+  local token = redis.pcall('incr', KEYS[2])
+  if type(token) == 'table' then
+    return counter_error(token.err)
+  end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}
 end
+if kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  local current = redis.pcall('get', KEYS[2])
+  if type(current) == 'table' then
+    return counter_error(current.err)
+  end
   redis.call('hincrby', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return {2, tonumber(counter) or 0}
+  return {2, tonumber(current) or 0}
 end
 
 return {0, redis.call('pttl', KEYS[1])}

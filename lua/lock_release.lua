@@ -1,5 +1,7 @@
--- Gives back one hold of an RLock. Safe to resend: the first run leaves its reply in a
--- short-lived latch keyed by the request id, and a resent request is answered from it.
+-- Gives back one hold of an RLock. Safe to resend: a partial release leaves its reply in a
+-- short-lived latch keyed by the request id, and a resend is answered from it; a resend that
+-- finds no hold says so (2) instead of "not the owner", since the first send may have released
+-- the last hold. The common case, the last hold going, writes no latch.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_lock__channel:{name})
@@ -8,31 +10,32 @@
 -- ARGV[2]  lease in ms: the TTL the lock gets back while holds remain
 -- ARGV[3]  latch TTL in ms
 -- ARGV[4]  the message published when the lock becomes free ('0')
+-- ARGV[5]  '1' when this request is a resend, else '0'
 --
--- Replies: 1 released (lock deleted, message published), 0 still held (reentrant holds
--- remain), nil when the owner holds no hold (nothing changed).
+-- Replies: 1 released (the owner's last hold: lock deleted, message published), 0 holds of the
+-- owner remain, nil the owner holds nothing (nothing changed), 2 (resends only) the owner holds
+-- nothing and no partial release by this request is recorded.
 -- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
 
-local done = redis.call('get', KEYS[3])
-if done then
-  return tonumber(done)
+if ARGV[5] == '1' then
+  local done = redis.call('get', KEYS[3])
+  if done then
+    return tonumber(done)
+  end
 end
-
-local kind = redis.call('type', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then
+  if ARGV[5] == '1' then
+    return 2
+  end
   return nil
 end
-
-local reply = 0
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if holds > 1 then
+  redis.call('hset', KEYS[1], ARGV[1], holds - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-else
-  redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[4])
-  reply = 1
+  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  return 0
 end
-redis.call('set', KEYS[3], reply, 'px', ARGV[3])
-return reply
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[4])
+return 1

@@ -1,6 +1,7 @@
 -- Gives back one read hold. The hash then lives as long as the longest remaining read hold; when
 -- no live read hold is left (holders that died count as none), the lock is deleted and a waiting
--- writer is woken. Safe to resend: the reply is kept in a latch keyed by the request id.
+-- writer is woken. Safe to resend, as lock_release.lua: a partial release keeps its reply in a
+-- latch, and a resend that finds no read hold answers 2.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_rwlock:{name})
@@ -9,21 +10,24 @@
 -- ARGV[1]  owner
 -- ARGV[2]  latch TTL in ms
 -- ARGV[3]  the prefix every owner's timeout keys start with ({name}), for '<p>:<owner>:rwlock_timeout:<k>'
+-- ARGV[4]  '1' when this request is a resend, else '0'
 --
 -- Replies: 1 the owner's last read hold went; 0 read holds of the owner remain; nil the owner
--- had no read hold (nothing changed).
+-- had no read hold (nothing changed); 2 (resends only) no read hold and no partial release by
+-- this request recorded.
 -- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
 
-local done = redis.call('get', KEYS[4])
-if done then
-  return tonumber(done)
-end
-local kind = redis.call('type', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+if ARGV[4] == '1' then
+  local done = redis.call('get', KEYS[4])
+  if done then
+    return tonumber(done)
+  end
 end
 local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds or holds < 1 then
+  if ARGV[4] == '1' then
+    return 2
+  end
   return nil
 end
 
@@ -58,5 +62,7 @@ if redis.call('hget', KEYS[1], 'mode') == 'read' then
     redis.call('publish', KEYS[2], '0')
   end
 end
-redis.call('set', KEYS[4], reply, 'px', ARGV[2])
+if reply == 0 then
+  redis.call('set', KEYS[4], 0, 'px', ARGV[2])
+end
 return reply

@@ -1,6 +1,7 @@
 -- Gives back one write hold. The last one frees the lock, or, when the owner still has read
 -- holds, turns it back into a read lock (downgrade); either way every waiter is woken with '1'.
--- Safe to resend: the reply is kept in a latch keyed by the request id.
+-- Safe to resend, as lock_release.lua: a partial release keeps its reply in a latch, and a
+-- resend that finds no write hold answers 2.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_rwlock:{name})
@@ -10,20 +11,23 @@
 -- ARGV[2]  lease in ms: the TTL the lock gets back while write holds remain
 -- ARGV[3]  latch TTL in ms
 -- ARGV[4]  owner (its read-hold field)
+-- ARGV[5]  '1' when this request is a resend, else '0'
 --
 -- Replies: 1 the owner's last write hold went; 0 write holds remain; nil the owner had no write
--- hold (nothing changed).
+-- hold (nothing changed); 2 (resends only) no write hold and no partial release by this request
+-- recorded.
 -- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
 
-local done = redis.call('get', KEYS[4])
-if done then
-  return tonumber(done)
-end
-local kind = redis.call('type', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
+if ARGV[5] == '1' then
+  local done = redis.call('get', KEYS[4])
+  if done then
+    return tonumber(done)
+  end
 end
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  if ARGV[5] == '1' then
+    return 2
+  end
   return nil
 end
 
@@ -51,5 +55,7 @@ else
   end
   redis.call('publish', KEYS[2], '1')
 end
-redis.call('set', KEYS[4], reply, 'px', ARGV[3])
+if reply == 0 then
+  redis.call('set', KEYS[4], 0, 'px', ARGV[3])
+end
 return reply

@@ -223,19 +223,20 @@ async fn a_resent_release_is_answered_from_its_latch() {
     // The release script as the library sends it; the same request id twice, as a resend after
     // a lost reply would.
     let release = redis::Script::new(include_str!("../lua/lock_release.lua"));
-    let send = || {
+    let send = |request: &str, resend: &str| {
         let mut inv = release.prepare_invoke();
         inv.key("latched")
             .key("redisson_lock__channel:{latched}")
-            .key("redisson_unlock_latch:{latched}:req-1")
+            .key(format!("redisson_unlock_latch:{{latched}}:{request}"))
             .arg(&owner)
             .arg(30_000)
             .arg(5_000)
-            .arg("0");
+            .arg("0")
+            .arg(resend);
         inv
     };
-    let first: i64 = send().invoke_async(&mut raw).await.unwrap();
-    let resent: i64 = send().invoke_async(&mut raw).await.unwrap();
+    let first: i64 = send("req-1", "0").invoke_async(&mut raw).await.unwrap();
+    let resent: i64 = send("req-1", "1").invoke_async(&mut raw).await.unwrap();
     assert_eq!((first, resent), (0, 0));
     assert_eq!(
         lock.hold_count().await.unwrap(),
@@ -251,10 +252,25 @@ async fn a_resent_release_is_answered_from_its_latch() {
         "the latch is short-lived: {latch_ttl}"
     );
 
-    // The library's own releases: one of our two guards is now stale, the other releases.
-    std::mem::forget(inner);
-    outer.unlock().await.unwrap();
-    assert!(!lock.is_locked().await.unwrap());
+    // The last hold: the first send frees the lock without a latch; its resend finds nothing
+    // and says so (2), which the client reads as "released" since its hold stood when sent.
+    let last: i64 = send("req-2", "0").invoke_async(&mut raw).await.unwrap();
+    let resent: Option<i64> = send("req-2", "1").invoke_async(&mut raw).await.unwrap();
+    assert_eq!((last, resent), (1, Some(2)));
+    let not_a_resend: Option<i64> = send("req-3", "0").invoke_async(&mut raw).await.unwrap();
+    assert_eq!(
+        not_a_resend, None,
+        "a first send that finds no hold: not the owner"
+    );
+    // The library's guards are stale now: the server says so.
+    assert!(matches!(
+        outer.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
+    assert!(matches!(
+        inner.unlock().await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

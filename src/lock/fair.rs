@@ -113,6 +113,7 @@ impl LockOps for FairOps {
         owner: &'a str,
         lease_ms: u64,
         request_id: &'a str,
+        resend: bool,
     ) -> BoxFuture<'a, Result<Released>> {
         let call = ScriptCall::new(&FAIR_RELEASE)
             .key(&*self.name)
@@ -122,7 +123,8 @@ impl LockOps for FairOps {
             .arg(owner)
             .arg(lease_ms)
             .arg(latch_ttl_ms(client))
-            .arg(&self.channel_prefix);
+            .arg(&self.channel_prefix)
+            .arg(if resend { "1" } else { "0" });
         run_release(client, call, &self.name).boxed()
     }
 

@@ -87,7 +87,7 @@ impl LockGuard {
         };
         let result = release
             .holder
-            .release(&release.lease, &release.request_id)
+            .release(&release.lease, &release.request_id, false)
             .await;
         release.done = true;
         result
@@ -129,15 +129,21 @@ impl Drop for LockGuard {
             return;
         }
         self.holder.guard_gone(&self.lease, self.renewed);
-        let holder = self.holder.clone();
-        let lease = self.lease.clone();
-        let request_id = holder.inner().owners.next_request_id();
-        self.holder.inner().runtime.spawn(async move {
-            if let Err(e) = holder.release(&lease, &request_id).await {
-                tracing::warn!(lock = %holder.name(), error = %e, "release of a dropped guard failed");
-            }
-        });
+        let request_id = self.holder.inner().owners.next_request_id();
+        spawn_release(&self.holder, &self.lease, request_id, false);
     }
+}
+
+/// Sends a release from a background task on the client's runtime; failures are logged.
+/// `resend`: an earlier send of the same request may have run.
+fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
+    let (holder, lease) = (holder.clone(), lease.clone());
+    let runtime = holder.inner().runtime.clone();
+    runtime.spawn(async move {
+        if let Err(e) = holder.release(&lease, &request_id, resend).await {
+            tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");
+        }
+    });
 }
 
 /// A release under way; dropped before it finished, it finishes in the background.
@@ -153,13 +159,8 @@ impl Drop for PendingRelease {
         if self.done {
             return;
         }
-        let holder = self.holder.clone();
-        let lease = self.lease.clone();
+        // The cancelled send may have run: this one is a resend of the same request.
         let request_id = std::mem::take(&mut self.request_id);
-        self.holder.inner().runtime.spawn(async move {
-            if let Err(e) = holder.release(&lease, &request_id).await {
-                tracing::warn!(lock = %holder.name(), error = %e, "cancelled release failed");
-            }
-        });
+        spawn_release(&self.holder, &self.lease, request_id, true);
     }
 }

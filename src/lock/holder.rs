@@ -43,6 +43,9 @@ pub(crate) enum Released {
     StillHeld,
     /// The owner held nothing.
     NotOwner,
+    /// (Resends only) the owner holds nothing and no partial release of this request is
+    /// recorded: the earlier send released the last hold, or the hold was gone before it.
+    Gone,
 }
 
 /// A lock's state as one owner sees it.
@@ -72,13 +75,15 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
         lease_ms: u64,
         waiting: bool,
     ) -> BoxFuture<'a, Result<Acquired>>;
-    /// Gives back one hold. Must be idempotent per `request_id`.
+    /// Gives back one hold. Must be idempotent per `request_id`: `resend` says an earlier send
+    /// of the same request may have run.
     fn release<'a>(
         &'a self,
         client: &'a ClientInner,
         owner: &'a str,
         lease_ms: u64,
         request_id: &'a str,
+        resend: bool,
     ) -> BoxFuture<'a, Result<Released>>;
     /// Sets the owner's hold count on the server to `holds` (0: remove it), never reviving a
     /// hold the server no longer has; remaining holds get a TTL of at least `lease_ms` back.
@@ -327,21 +332,34 @@ impl Holder {
         self: &Arc<Self>,
         lease: &Arc<Lease>,
         request_id: &str,
+        mut resend: bool,
     ) -> Result<()> {
         let mut holds = self.holds.clone().lock_owned().await;
         let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
         if !current || holds.count == 0 {
             return Err(self.lost());
         }
-        let mut result = self.send_release(lease, request_id).await;
-        // The resend carries the same request id: if the first one ran, its latch answers.
+        // Whether the hold still stood, as far as we know, when the release went out: a resend
+        // that finds nothing then means the release happened.
+        let held_at_send = !lease.is_lost();
+        let mut result = self.send_release(lease, request_id, resend).await;
+        // The resend carries the same request id and says it is one: a partial release that
+        // ran is answered from its latch, never applied twice.
         for _ in 0..2 {
             match &result {
                 Err(e) if e.connection_dropped() => {
-                    result = self.send_release(lease, request_id).await
+                    resend = true;
+                    result = self.send_release(lease, request_id, resend).await
                 }
                 _ => break,
             }
+        }
+        if matches!(result, Ok(Released::Gone)) {
+            result = Ok(if held_at_send {
+                Released::Freed
+            } else {
+                Released::NotOwner
+            });
         }
         holds.count -= 1;
         let outcome = match result {
@@ -359,7 +377,7 @@ impl Holder {
                 Ok(())
             }
             Ok(Released::Freed | Released::StillHeld) => Ok(()),
-            Ok(Released::NotOwner) => {
+            Ok(Released::NotOwner | Released::Gone) => {
                 lease.mark_lost();
                 holds.count = 0;
                 Err(self.lost())
@@ -372,9 +390,20 @@ impl Holder {
         outcome
     }
 
-    async fn send_release(&self, lease: &Lease, request_id: &str) -> Result<Released> {
+    async fn send_release(
+        &self,
+        lease: &Lease,
+        request_id: &str,
+        resend: bool,
+    ) -> Result<Released> {
         self.ops
-            .release(self.inner(), &self.owner, lease.lease_ms(), request_id)
+            .release(
+                self.inner(),
+                &self.owner,
+                lease.lease_ms(),
+                request_id,
+                resend,
+            )
             .await
     }
 

@@ -78,6 +78,7 @@ impl LockOps for PlainOps {
         owner: &'a str,
         lease_ms: u64,
         request_id: &'a str,
+        resend: bool,
     ) -> BoxFuture<'a, Result<Released>> {
         let call = ScriptCall::new(&LOCK_RELEASE)
             .key(&*self.name)
@@ -86,7 +87,8 @@ impl LockOps for PlainOps {
             .arg(owner)
             .arg(lease_ms)
             .arg(latch_ttl_ms(client))
-            .arg(UNLOCK_MESSAGE);
+            .arg(UNLOCK_MESSAGE)
+            .arg(if resend { "1" } else { "0" });
         run_release(client, call, &self.name).boxed()
     }
 
@@ -220,6 +222,7 @@ pub(crate) fn parse_release(reply: &Value) -> Result<Released> {
         Value::Nil => Ok(Released::NotOwner),
         Value::Int(1) => Ok(Released::Freed),
         Value::Int(0) => Ok(Released::StillHeld),
+        Value::Int(2) => Ok(Released::Gone),
         other => Err(Error::unexpected(format!("release answered {other:?}"))),
     }
 }
@@ -260,6 +263,7 @@ mod tests {
         assert_eq!(parse_release(&Value::Nil).unwrap(), Released::NotOwner);
         assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
         assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
+        assert_eq!(parse_release(&Value::Int(2)).unwrap(), Released::Gone);
         assert!(parse_release(&Value::Int(7)).is_err());
         assert!(parse_release(&Value::Okay).is_err());
     }

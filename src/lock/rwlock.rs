@@ -185,6 +185,7 @@ impl LockOps for ReadOps {
         owner: &'a str,
         _lease_ms: u64,
         request_id: &'a str,
+        resend: bool,
     ) -> BoxFuture<'a, Result<Released>> {
         let n = &self.0;
         let call = ScriptCall::new(&RWLOCK_READ_RELEASE)
@@ -194,7 +195,8 @@ impl LockOps for ReadOps {
             .key(names::unlock_latch_key(&n.name, request_id))
             .arg(owner)
             .arg(latch_ttl_ms(client))
-            .arg(&n.base);
+            .arg(&n.base)
+            .arg(if resend { "1" } else { "0" });
         run_release(client, call, &n.name).boxed()
     }
 
@@ -283,6 +285,7 @@ impl LockOps for WriteOps {
         _owner: &'a str,
         lease_ms: u64,
         request_id: &'a str,
+        resend: bool,
     ) -> BoxFuture<'a, Result<Released>> {
         let n = &self.0;
         let call = ScriptCall::new(&RWLOCK_WRITE_RELEASE)
@@ -293,7 +296,8 @@ impl LockOps for WriteOps {
             .arg(&*n.write_field)
             .arg(lease_ms)
             .arg(latch_ttl_ms(client))
-            .arg(&*n.owner);
+            .arg(&*n.owner)
+            .arg(if resend { "1" } else { "0" });
         run_release(client, call, &n.name).boxed()
     }
 
