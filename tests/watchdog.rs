@@ -218,3 +218,27 @@ async fn a_fixed_lease_stays_fixed_after_a_reentrant_watchdog_hold_ends() {
 async fn eventually_free(lock: &ferrisson::RLock, within: Duration) -> bool {
     support::eventually(within, || async { !lock.is_locked().await.unwrap() }).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_in_a_renewal_batch_loses_only_its_own_lease() {
+    let server = RedisServer::start();
+    let client = short_lease_client(&server).await;
+    let a = client.get_lock("batch-a").lock().await.unwrap();
+    let b = client.get_lock("batch-b").lock().await.unwrap();
+    let c = client.get_lock("batch-c").lock().await.unwrap();
+    let mut raw = server.raw().await;
+    let _: () = raw.del("batch-b").await.unwrap();
+    let _: () = raw.set("batch-b", "not a lock").await.unwrap();
+    tokio::time::timeout(LEASE, b.lost())
+        .await
+        .expect("b is lost at the next renewal");
+    tokio::time::sleep(LEASE).await;
+    assert!(
+        !a.is_lost() && !c.is_lost(),
+        "one bad key must not stop the batch"
+    );
+    let kept: String = raw.get("batch-b").await.unwrap();
+    assert_eq!(kept, "not a lock");
+    a.unlock().await.unwrap();
+    c.unlock().await.unwrap();
+}
