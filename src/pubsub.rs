@@ -8,7 +8,7 @@
 //! waiters, because an unlock may have been missed meanwhile.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -63,9 +63,6 @@ impl Waiter {
 #[derive(Debug, Default)]
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
-    /// How many channels the map holds, readable without the lock: an uncontended acquire
-    /// checks it and takes no lock when no channel is subscribed.
-    channel_count: AtomicUsize,
     next_waiter: AtomicU64,
 }
 
@@ -124,9 +121,6 @@ impl Hub {
     /// (other local waiters wait on it): no round trip, no allocation when it is not. A waiter
     /// that joins before its first attempt needs no second attempt after subscribing.
     pub(crate) fn join_subscribed(&self, channel: &str) -> Option<Subscription> {
-        if self.shared.channel_count.load(Ordering::Acquire) == 0 {
-            return None;
-        }
         let mut channels = self.shared.channels();
         let entry = channels.get_mut(channel).filter(|e| e.confirmed)?;
         let waiter = self.new_waiter();
@@ -158,11 +152,6 @@ impl Hub {
         let waiter = self.new_waiter();
         let confirmed = {
             let mut channels = self.shared.channels();
-            if !channels.contains_key(channel) {
-                self.shared
-                    .channel_count
-                    .store(channels.len() + 1, Ordering::Release);
-            }
             let entry = channels.entry(channel.to_owned()).or_default();
             entry.waiters.push_back(waiter.clone());
             if entry.confirmed {
@@ -329,9 +318,6 @@ impl HubTask {
             match channels.get(&channel) {
                 Some(entry) if entry.waiters.is_empty() => {
                     channels.remove(&channel);
-                    self.shared
-                        .channel_count
-                        .store(channels.len(), Ordering::Release);
                 }
                 _ => return,
             }
