@@ -117,39 +117,19 @@ impl Hub {
         Hub { shared, commands }
     }
 
-    /// Registers a waiter on `channel` only if the channel is already subscribed and confirmed
-    /// (other local waiters wait on it): no round trip, no allocation when it is not. A waiter
-    /// that joins before its first attempt needs no second attempt after subscribing.
-    pub(crate) fn join_subscribed(&self, channel: &str) -> Option<Subscription> {
-        let mut channels = self.shared.channels();
-        let entry = channels.get_mut(channel).filter(|e| e.confirmed)?;
-        let waiter = self.new_waiter();
-        entry.waiters.push_back(waiter.clone());
-        Some(Subscription {
-            shared: self.shared.clone(),
-            commands: self.commands.clone(),
-            channel: channel.to_owned(),
-            waiter,
-        })
-    }
-
-    fn new_waiter(&self) -> Arc<Waiter> {
-        Arc::new(Waiter {
-            id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
-            notify: Notify::new(),
-            wakes: AtomicU64::new(0),
-            seen: AtomicU64::new(0),
-            used: AtomicU64::new(0),
-        })
-    }
-
     /// Registers a waiter on `channel` and waits (at most `budget`) until Redis confirms the
     /// subscription. A subscription that could not be confirmed still works once the hub
     /// reconnects; meanwhile the waiter relies on its re-check timer.
     ///
     /// Cancel safe: dropping the future unregisters the waiter.
     pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Subscription {
-        let waiter = self.new_waiter();
+        let waiter = Arc::new(Waiter {
+            id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
+            notify: Notify::new(),
+            wakes: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+        });
         let confirmed = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_default();

@@ -37,20 +37,9 @@ where
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let started = Instant::now();
-    // When other local waiters already keep the channel subscribed, join them before the first
-    // attempt: an unlock after it cannot be missed, so a refused first attempt needs no second.
-    let early = match wait {
-        Some(w) if w.is_zero() => None,
-        _ => client.hub.join_subscribed(channel),
-    };
-    let first = attempt().await?;
-    if let Some(subscription) = &early {
-        subscription.used();
+    if let Attempt::Granted(granted) = attempt().await? {
+        return Ok(Some(granted));
     }
-    let mut ttl = match first {
-        Attempt::Granted(granted) => return Ok(Some(granted)),
-        Attempt::Busy { ttl } => ttl,
-    };
     // No deadline: wait for ever (also for a budget too large for the clock).
     let deadline = wait.and_then(|w| started.checked_add(w));
     if let Some(d) = deadline
@@ -58,28 +47,19 @@ where
     {
         return Ok(None);
     }
-    let mut answered = early.is_some();
-    let subscription = match early {
-        Some(subscription) => subscription,
-        None => {
-            let cap = client.config.response_timeout;
-            let budget = deadline.map_or(cap, |d| {
-                cap.min(d.saturating_duration_since(Instant::now()))
-            });
-            client.hub.subscribe(channel, budget).await
-        }
-    };
     let recheck = client.config.recheck_interval;
+    let mut budget = client.config.response_timeout;
+    if let Some(d) = deadline {
+        budget = budget.min(d.saturating_duration_since(Instant::now()));
+    }
+    let subscription = client.hub.subscribe(channel, budget).await;
     loop {
-        if !answered {
-            let answer = attempt().await?;
-            subscription.used();
-            ttl = match answer {
-                Attempt::Granted(granted) => return Ok(Some(granted)),
-                Attempt::Busy { ttl } => ttl,
-            };
-        }
-        answered = false;
+        let answer = attempt().await?;
+        subscription.used();
+        let ttl = match answer {
+            Attempt::Granted(granted) => return Ok(Some(granted)),
+            Attempt::Busy { ttl } => ttl,
+        };
         let mut nap = ttl.map_or(recheck, |t| t.min(recheck));
         if let Some(max) = max_nap {
             nap = nap.min(max);
