@@ -202,6 +202,14 @@ impl ClientBuilder {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future drops the half-made client.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder().url("redis://127.0.0.1/").build().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn build(self) -> Result<crate::Client> {
         let config = self.check()?;
         crate::Client::start(config).await

@@ -235,6 +235,19 @@ impl MultiGuard {
     /// # Cancel safety
     ///
     /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
+    /// let guard = multi.lock().await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("a part was lost: stop"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// guard.unlock().await.ok();
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) {
         let parts = self.guards.iter().map(|g| Box::pin(g.lost()));
         futures::future::select_all(parts).await;

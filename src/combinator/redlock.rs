@@ -319,6 +319,19 @@ impl RedLockGuard {
     /// # Cancel safety
     ///
     /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: ferrisson::RedLock) -> ferrisson::Result<()> {
+    /// let guard = redlock.lock().await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("no majority any more: stop"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// guard.unlock().await.ok();
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) {
         loop {
             if self.is_lost() {

@@ -118,6 +118,19 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     () = guard.lost() => eprintln!("lease lost: stop"),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    /// }
+    /// guard.unlock().await.ok();
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) {
         self.lease.lost().await;
     }
