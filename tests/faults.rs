@@ -384,3 +384,83 @@ async fn finding_the_lock_taken_by_another_marks_our_hold_lost() {
     let theirs: bool = raw.hexists("stolen", "someone-else:1").await.unwrap();
     assert!(theirs, "the stale unlock touched the new holder");
 }
+
+/// A client of `server` through a fault-injecting proxy.
+async fn proxied_client(proxy: &support::Proxy) -> ferrisson::Client {
+    ferrisson::Client::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .connection_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port()).await;
+    let client = proxied_client(&proxy).await;
+    let lock = client.get_lock("resent");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let rival_client = support::client(&server).await;
+    let rival = rival_client.get_lock("resent");
+
+    // The partial release runs on the server, its reply is lost, the connection is cut: the
+    // client resends it on a new connection and the latch answers. One hold must remain.
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    proxy.set(support::Mode::DropReplies);
+    let unlock = tokio::spawn(async move { inner.unlock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(support::Mode::Pass); // cuts the connections that lost replies
+    tokio::time::timeout(Duration::from_secs(5), unlock)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the resend is answered");
+    assert_eq!(
+        stat(&mut raw, "evalsha").await,
+        2,
+        "the release was sent, then resent"
+    );
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the resent partial release took a second hold"
+    );
+    assert!(rival.try_lock().await.unwrap().is_none());
+
+    // The last hold: released by the first send, whose reply is lost; the resend finds nothing
+    // and the client reports the release that happened, not a lost lock.
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    proxy.set(support::Mode::DropReplies);
+    let unlock = tokio::spawn(async move { outer.unlock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(support::Mode::Pass);
+    tokio::time::timeout(Duration::from_secs(5), unlock)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("released, not lost");
+    assert_eq!(
+        stat(&mut raw, "evalsha").await,
+        2,
+        "the release was sent, then resent"
+    );
+    let got = rival
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the last release");
+    got.unlock().await.unwrap();
+}
