@@ -338,3 +338,56 @@ async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_with_an_unused_wake_up_passes_it_on() {
+    let server = RedisServer::start();
+    // A re-check so long that only a passed-on wake-up can explain a prompt grant.
+    let client = builder(&server)
+        .recheck_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    let _: () = raw.hset("pass-on", "java:1", 1).await.unwrap();
+    let first = client.get_lock("pass-on");
+    let second = client.get_lock("pass-on");
+
+    // The first waiter gets in line and is then left unpolled.
+    let mut parked = Box::pin(first.lock());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut parked)
+            .await
+            .is_err()
+    );
+    let task = tokio::spawn(async move {
+        let g = second.lock().await.unwrap();
+        let got = Instant::now();
+        g.unlock().await.unwrap();
+        got
+    });
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            numsub(&server, "redisson_lock__channel:{pass-on}").await == 1
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // The foreign holder unlocks; the message wakes the first waiter in line, which never
+    // runs its attempt and is dropped: its wake-up must go to the second.
+    let _: () = raw.del("pass-on").await.unwrap();
+    let _: () = raw
+        .publish("redisson_lock__channel:{pass-on}", "0")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!task.is_finished(), "the wake-up went to the first waiter");
+    let dropped = Instant::now();
+    drop(parked);
+    let got = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the wake-up was passed on")
+        .unwrap();
+    assert!(got - dropped < Duration::from_secs(1));
+}
