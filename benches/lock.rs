@@ -26,26 +26,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-async fn commandstats(raw: &mut redis::aio::MultiplexedConnection) -> Vec<(String, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 /// Prints what one uncontended lock+unlock costs in Redis commands, and fails loudly when the
 /// fast path is more than one round trip each way.
 fn report_commands_per_cycle(rt: &tokio::runtime::Runtime, server: &RedisServer) {
@@ -53,13 +33,12 @@ fn report_commands_per_cycle(rt: &tokio::runtime::Runtime, server: &RedisServer)
         let client = ferrisson::Client::connect(&server.url()).await.unwrap();
         let lock = client.get_lock("bench:count");
         lock.lock().await.unwrap().unlock().await.unwrap(); // warm-up
-        let mut raw = server.raw().await;
-        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+        server.reset_stats().await;
         const CYCLES: u64 = 1000;
         for _ in 0..CYCLES {
             lock.lock().await.unwrap().unlock().await.unwrap();
         }
-        let mut stats = commandstats(&mut raw).await;
+        let mut stats = server.commandstats().await;
         stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
         let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
         let per_cycle = |calls: u64| calls as f64 / CYCLES as f64;

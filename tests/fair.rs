@@ -295,7 +295,6 @@ async fn the_head_waiter_is_woken_on_its_own_channel() {
         g.unlock().await.unwrap();
         got
     });
-    let mut raw = server.raw().await;
     assert!(
         eventually(Duration::from_secs(2), || async {
             queue(&server, "own-channel").await.0.len() == 1
@@ -304,13 +303,11 @@ async fn the_head_waiter_is_woken_on_its_own_channel() {
     );
     let (list, _) = queue(&server, "own-channel").await;
     let channel = format!("redisson_lock__channel:{{own-channel}}:{}", list[0]);
-    let subscribers: Vec<(String, i64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(&channel)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(subscribers[0].1, 1, "the waiter listens on {channel}");
+    assert_eq!(
+        server.subscribers(&channel).await,
+        1,
+        "the waiter listens on {channel}"
+    );
     let released = Instant::now();
     guard.unlock().await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(3), task)

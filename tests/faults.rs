@@ -7,21 +7,6 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use support::{RedisServer, builder, client, eventually};
 
-async fn stat(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:");
-    info.lines()
-        .find(|l| l.starts_with(&prefix))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noscript_after_script_flush_loads_and_resends() {
     let server = RedisServer::start();
@@ -34,23 +19,19 @@ async fn noscript_after_script_flush_loads_and_resends() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    server.reset_stats().await;
 
     guard.unlock().await.expect("release after SCRIPT FLUSH");
     assert!(!lock.is_locked().await.unwrap());
     assert_eq!(
-        stat(&mut raw, "script|load").await,
+        server.calls("script|load").await,
         2,
         "release and inspect each reloaded once"
     );
     let again = lock.lock().await.unwrap();
     again.unlock().await.unwrap();
     assert_eq!(
-        stat(&mut raw, "script|load").await,
+        server.calls("script|load").await,
         3,
         "acquire reloaded once, release was cached"
     );
@@ -385,22 +366,16 @@ async fn finding_the_lock_taken_by_another_marks_our_hold_lost() {
     assert!(theirs, "the stale unlock touched the new holder");
 }
 
-/// A client of `server` through a fault-injecting proxy.
-async fn proxied_client(proxy: &support::Proxy) -> ferrisson::Client {
-    ferrisson::Client::builder()
-        .url(proxy.url())
-        .response_timeout(Duration::from_secs(2))
-        .connection_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
     let server = RedisServer::start();
     let proxy = support::Proxy::start(server.port()).await;
-    let client = proxied_client(&proxy).await;
+    // Long enough for the resend to come after the connection is cut, not after a timeout.
+    let client = support::builder_for(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
     let lock = client.get_lock("resent");
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
@@ -409,12 +384,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
 
     // The partial release runs on the server, its reply is lost, the connection is cut: the
     // client resends it on a new connection and the latch answers. One hold must remain.
-    let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    server.reset_stats().await;
     proxy.set(support::Mode::DropReplies);
     let unlock = tokio::spawn(async move { inner.unlock().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -425,7 +395,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
         .unwrap()
         .expect("the resend is answered");
     assert_eq!(
-        stat(&mut raw, "evalsha").await,
+        server.calls("evalsha").await,
         2,
         "the release was sent, then resent"
     );
@@ -438,11 +408,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
 
     // The last hold: released by the first send, whose reply is lost; the resend finds nothing
     // and the client reports the release that happened, not a lost lock.
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    server.reset_stats().await;
     proxy.set(support::Mode::DropReplies);
     let unlock = tokio::spawn(async move { outer.unlock().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -453,7 +419,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
         .unwrap()
         .expect("released, not lost");
     assert_eq!(
-        stat(&mut raw, "evalsha").await,
+        server.calls("evalsha").await,
         2,
         "the release was sent, then resent"
     );

@@ -31,17 +31,14 @@ impl Cluster {
     async fn clients(&self, lease: Duration) -> Vec<ferrisson::Client> {
         let mut clients = Vec::new();
         for p in &self.proxies {
-            let url = p.url();
-            clients.push(
-                ferrisson::Client::builder()
-                    .url(url)
-                    .watchdog_timeout(lease)
-                    .response_timeout(Duration::from_millis(500))
-                    .connection_timeout(Duration::from_millis(500))
-                    .build()
-                    .await
-                    .unwrap(),
-            );
+            let client = support::builder_for(&p.url())
+                .watchdog_timeout(lease)
+                .response_timeout(Duration::from_millis(500))
+                .connection_timeout(Duration::from_millis(500))
+                .build()
+                .await
+                .unwrap();
+            clients.push(client);
         }
         clients
     }

@@ -470,12 +470,7 @@ async fn read_and_write_cycles_cost_one_round_trip_each_way() {
         .unlock()
         .await
         .unwrap();
-    let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    server.reset_stats().await;
     for _ in 0..50 {
         rw.read_lock().lock().await.unwrap().unlock().await.unwrap();
         rw.write_lock()
@@ -486,21 +481,15 @@ async fn read_and_write_cycles_cost_one_round_trip_each_way() {
             .await
             .unwrap();
     }
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let calls = |name: &str| -> u64 {
-        info.lines()
-            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
-            .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
     assert_eq!(
-        calls("evalsha"),
+        server.calls("evalsha").await,
         200,
         "one EVALSHA per acquire and per release"
     );
-    assert_eq!(calls("subscribe") + calls("script|load") + calls("eval"), 0);
+    assert_eq!(
+        server.calls("subscribe").await
+            + server.calls("script|load").await
+            + server.calls("eval").await,
+        0
+    );
 }

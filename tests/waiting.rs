@@ -76,13 +76,10 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     // Wait until the waiter is subscribed, then cut its connection.
     assert!(
         eventually(Duration::from_secs(2), || async {
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("redisson_lock__channel:{resubscribe}")
-                .query_async(&mut server.raw().await)
+            server
+                .subscribers("redisson_lock__channel:{resubscribe}")
                 .await
-                .unwrap();
-            n[0].1 == 1
+                == 1
         })
         .await
     );
@@ -97,13 +94,10 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     // The hub reconnects and subscribes again.
     assert!(
         eventually(Duration::from_secs(3), || async {
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("redisson_lock__channel:{resubscribe}")
-                .query_async(&mut server.raw().await)
+            server
+                .subscribers("redisson_lock__channel:{resubscribe}")
                 .await
-                .unwrap();
-            n[0].1 == 1
+                == 1
         })
         .await,
         "the hub did not subscribe again"
@@ -260,16 +254,6 @@ async fn every_local_waiter_gets_the_lock_in_turn() {
     );
 }
 
-async fn numsub(server: &RedisServer, channel: &str) -> i64 {
-    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut server.raw().await)
-        .await
-        .unwrap();
-    n[0].1
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
     let server = RedisServer::start();
@@ -285,7 +269,7 @@ async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
     let task = tokio::spawn(async move { waiter.lock().await.map(drop) });
     assert!(
         eventually(Duration::from_secs(2), || async {
-            numsub(&server, "redisson_lock__channel:{old}").await == 1
+            server.subscribers("redisson_lock__channel:{old}").await == 1
         })
         .await
     );
@@ -323,7 +307,7 @@ async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
     );
     assert!(
         eventually(Duration::from_secs(2), || async {
-            numsub(&server, "redisson_lock__channel:{old}").await == 1
+            server.subscribers("redisson_lock__channel:{old}").await == 1
         })
         .await
     );
@@ -368,7 +352,7 @@ async fn a_waiter_that_leaves_with_an_unused_wake_up_passes_it_on() {
     });
     assert!(
         eventually(Duration::from_secs(2), || async {
-            numsub(&server, "redisson_lock__channel:{pass-on}").await == 1
+            server.subscribers("redisson_lock__channel:{pass-on}").await == 1
         })
         .await
     );

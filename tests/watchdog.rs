@@ -52,14 +52,9 @@ async fn renewals_are_batched_into_one_script_call() {
     for i in 0..150 {
         guards.push(client.get_lock(&format!("batch:{i}")).lock().await.unwrap());
     }
-    let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    server.reset_stats().await;
     tokio::time::sleep(LEASE).await; // at least one renewal round for each
-    let calls = evalsha_calls(&mut raw).await;
+    let calls = server.calls("evalsha").await;
     // A tick every lease/3: at most 4 ticks in the sleep, each renewing the 150 leases in
     // ceil(150 / 100) = 2 script calls. One call per lease would be 450 or more.
     assert!((2..=8).contains(&calls), "renewal calls: {calls}");
@@ -67,20 +62,6 @@ async fn renewals_are_batched_into_one_script_call() {
         assert!(!guard.is_lost());
         guard.unlock().await.unwrap();
     }
-}
-
-async fn evalsha_calls(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

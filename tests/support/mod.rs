@@ -25,8 +25,13 @@ pub async fn client(server: &RedisServer) -> ferrisson::Client {
 
 /// A builder for `server` with timeouts sized for tests; adjust and build.
 pub fn builder(server: &RedisServer) -> ferrisson::ClientBuilder {
+    builder_for(&server.url())
+}
+
+/// As [`builder`], for any URL (a proxy in front of a server, say).
+pub fn builder_for(url: &str) -> ferrisson::ClientBuilder {
     ferrisson::Client::builder()
-        .url(server.url())
+        .url(url)
         .response_timeout(Duration::from_millis(800))
         .connection_timeout(Duration::from_millis(800))
 }

@@ -356,3 +356,56 @@ pub fn env_or_temporary() -> (Option<RedisServer>, String) {
         }
     }
 }
+
+impl RedisServer {
+    /// Calls per command since the last [`reset_stats`](Self::reset_stats), from
+    /// `INFO commandstats` (commands run inside scripts included).
+    pub async fn commandstats(&self) -> Vec<(String, u64)> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.raw().await)
+            .await
+            .expect("INFO commandstats");
+        info.lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// Calls of one command (`evalsha`, `script|load`, ...) since the last reset.
+    pub async fn calls(&self, command: &str) -> u64 {
+        self.commandstats()
+            .await
+            .into_iter()
+            .find(|(name, _)| name == command)
+            .map_or(0, |(_, calls)| calls)
+    }
+
+    /// `CONFIG RESETSTAT`: the command counters start again from zero.
+    pub async fn reset_stats(&self) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.raw().await)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+
+    /// How many connections are subscribed to `channel`.
+    pub async fn subscribers(&self, channel: &str) -> i64 {
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut self.raw().await)
+            .await
+            .expect("PUBSUB NUMSUB");
+        counts.first().map_or(0, |(_, n)| *n)
+    }
+}
