@@ -167,23 +167,21 @@ impl LockOps for FairOps {
         Some(self.queue_timeout / 3)
     }
 
-    fn leave<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-    ) -> Option<BoxFuture<'a, Result<()>>> {
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave<'a>(&'a self, client: &'a ClientInner, owner: &'a str) -> BoxFuture<'a, Result<()>> {
         let call = ScriptCall::new(&FAIR_LEAVE)
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.deadlines)
             .arg(owner)
             .arg(&self.channel_prefix);
-        Some(
-            async move {
-                let _: i64 = client.executor.run(&call, &self.name).await?;
-                Ok(())
-            }
-            .boxed(),
-        )
+        async move {
+            let _: i64 = client.executor.run(&call, &self.name).await?;
+            Ok(())
+        }
+        .boxed()
     }
 }

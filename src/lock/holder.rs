@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
@@ -105,13 +106,14 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn max_nap(&self) -> Option<Duration> {
         None
     }
-    /// Takes a waiter that stops waiting out of the lock's queue, for kinds that queue.
-    fn leave<'a>(
-        &'a self,
-        _client: &'a ClientInner,
-        _owner: &'a str,
-    ) -> Option<BoxFuture<'a, Result<()>>> {
-        None
+    /// Whether waiters join a queue on the server (and so must leave it when they give up).
+    fn queues(&self) -> bool {
+        false
+    }
+    /// Takes a waiter that stops waiting out of the lock's queue; only called when
+    /// [`queues`](Self::queues) is true.
+    fn leave<'a>(&'a self, _client: &'a ClientInner, _owner: &'a str) -> BoxFuture<'a, Result<()>> {
+        futures::future::ready(Ok(())).boxed()
     }
 }
 
@@ -182,9 +184,10 @@ impl Holder {
     ) -> Result<Option<LockGuard>> {
         let waiting = wait != Some(Duration::ZERO);
         // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
+        let queues = waiting && self.ops.queues();
         let mut queued = Queued {
             holder: self,
-            armed: waiting,
+            armed: queues,
         };
         let max_nap = self.ops.max_nap();
         let result = wait::acquire(self.inner(), &self.channel, wait, max_nap, || {
@@ -192,16 +195,14 @@ impl Holder {
         })
         .await;
         queued.armed = false;
-        if waiting && !matches!(result, Ok(Some(_))) {
+        if queues && !matches!(result, Ok(Some(_))) {
             self.leave_queue().await;
         }
         result
     }
 
     async fn leave_queue(&self) {
-        if let Some(leave) = self.ops.leave(self.inner(), &self.owner)
-            && let Err(e) = leave.await
-        {
+        if let Err(e) = self.ops.leave(self.inner(), &self.owner).await {
             tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
         }
     }
@@ -423,13 +424,7 @@ struct Queued<'a> {
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        if self.armed
-            && self
-                .holder
-                .ops
-                .leave(self.holder.inner(), &self.holder.owner)
-                .is_some()
-        {
+        if self.armed {
             let holder = self.holder.clone();
             self.holder
                 .inner()
