@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
+use crate::lock::handover::LocalWaiters;
 use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
@@ -42,6 +43,8 @@ pub(crate) struct ClientInner {
     pub(crate) owners: Owners,
     pub(crate) executor: Executor,
     pub(crate) hub: Hub,
+    /// This client's waiters per lock, for releases that hand the lock over.
+    pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
     pub(crate) runtime: tokio::runtime::Handle,
     /// Dropped with the client: tells the watchdog task to stop.
@@ -213,6 +216,7 @@ impl Client {
                 config,
                 executor,
                 hub,
+                local_waiters: Arc::default(),
                 watchdog,
                 runtime,
                 _shutdown: shutdown,

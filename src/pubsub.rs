@@ -159,6 +159,17 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// Whether the hub is subscribed to `channel` right now (Redis confirmed it on the current
+    /// connection): the releasing side of a handover counts its own subscriber with this.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.shared
+            .channels()
+            .get(channel)
+            .is_some_and(|c| c.confirmed)
+    }
+}
+
 /// A waiter's registration on one channel. Dropping it unregisters the waiter.
 #[derive(Debug)]
 pub(crate) struct Subscription {

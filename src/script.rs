@@ -48,6 +48,7 @@ macro_rules! scripts {
 scripts! {
     LOCK_ACQUIRE => "lock_acquire",
     LOCK_RELEASE => "lock_release",
+    LOCK_HANDOVER => "lock_handover",
     LOCK_RENEW => "lock_renew",
     LOCK_REPAIR => "lock_repair",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",

@@ -60,3 +60,61 @@ async fn contenders_never_overlap_and_tokens_strictly_increase() {
         CLIENTS * HANDLES_PER_CLIENT * ROUNDS_PER_HANDLE
     );
 }
+
+/// Many owners on one client: most acquisitions are handovers by the release script, and some
+/// waits and releases are cancelled mid-flight. Still no overlap, strictly increasing tokens,
+/// and nothing left held at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handovers_among_one_clients_owners_never_overlap_even_when_cancelled() {
+    const HANDLES: usize = 8;
+    const ROUNDS: usize = 40;
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let checker = Arc::new(Checker::default());
+    let mut tasks = Vec::new();
+    for h in 0..HANDLES {
+        let lock = client.get_lock("handed-around");
+        let checker = checker.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0;
+            let mut round = 0usize;
+            while done < ROUNDS {
+                round += 1;
+                let guard = if (h + round).is_multiple_of(7) {
+                    // A wait given up after a moment (it may have been picked for a handover).
+                    let wait = Duration::from_micros(((h * 131 + round * 17) % 900) as u64);
+                    match tokio::time::timeout(wait, lock.lock()).await {
+                        Ok(guard) => guard.unwrap(),
+                        Err(_) => continue,
+                    }
+                } else {
+                    lock.lock().await.unwrap()
+                };
+                let start = checker.enter();
+                checker.exit(guard.fencing_token(), start);
+                done += 1;
+                if (h + round).is_multiple_of(11) {
+                    // A release given up mid-flight: it finishes in the background.
+                    let _ = tokio::time::timeout(Duration::from_micros(50), guard.unlock()).await;
+                } else {
+                    guard.unlock().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("no owner starves")
+            .unwrap();
+    }
+    assert_eq!(checker.verify().len(), HANDLES * ROUNDS);
+    let lock = client.get_lock("handed-around");
+    assert!(
+        support::eventually(Duration::from_secs(3), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await,
+        "nothing stays held"
+    );
+}

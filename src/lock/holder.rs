@@ -19,6 +19,7 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
+use crate::lock::handover::Offer;
 use crate::lock::wait::{self, Attempt};
 use crate::watchdog::{RenewTarget, Renewal};
 
@@ -47,6 +48,17 @@ pub(crate) enum Released {
     /// (Resends only) the owner holds nothing and no partial release of this request is
     /// recorded: the earlier send released the last hold, or the hold was gone before it.
     Gone,
+}
+
+/// What a release that tries to hand the lock to a local waiter answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandedOver {
+    /// The owner's last hold went and the waiter now holds the lock with `token`.
+    Handed { token: u64 },
+    /// Not handed over; the release did what a plain one would (or nothing).
+    Released(Released),
+    /// The owner has several holds on the server: nothing changed.
+    SeveralHolds,
 }
 
 /// A lock's state as one owner sees it.
@@ -106,6 +118,24 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn max_nap(&self) -> Option<Duration> {
         None
     }
+    /// Whether a release can hand the lock to a waiter of the same client
+    /// ([`release_to`](Self::release_to)).
+    fn hands_over(&self) -> bool {
+        false
+    }
+    /// Gives back the owner's last hold and grants the lock to `to` with a lease of `to_lease_ms`
+    /// in the same step, unless other clients wait. Idempotent as [`release`](Self::release)
+    /// when `resend` is set. Only called when [`hands_over`](Self::hands_over) is true.
+    fn release_to<'a>(
+        &'a self,
+        _client: &'a ClientInner,
+        _owner: &'a str,
+        _to: &'a str,
+        _to_lease_ms: u64,
+        _resend: bool,
+    ) -> BoxFuture<'a, Result<HandedOver>> {
+        futures::future::ready(Err(Error::unexpected("this lock kind does not hand over"))).boxed()
+    }
     /// Whether waiters join a queue on the server (and so must leave it when they give up).
     fn queues(&self) -> bool {
         false
@@ -130,6 +160,13 @@ pub(crate) enum LeaseMode {
 pub(crate) struct Holds {
     count: u32,
     lease: Option<Arc<Lease>>,
+}
+
+impl Holds {
+    /// The holds the owner has on the server, as far as the client knows.
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
 }
 
 pub(crate) struct Holder {
@@ -190,9 +227,30 @@ impl Holder {
             armed: queues,
         };
         let max_nap = self.ops.max_nap();
-        let result = wait::acquire(self.inner(), &self.channel, wait, max_nap, || {
-            self.attempt(mode, waiting)
-        })
+        let lease_ms = self.lease_ms(mode);
+        // Waiters of kinds that hand over line up locally, so a release of this client can
+        // give them the lock directly.
+        let register = || {
+            (waiting && self.ops.hands_over()).then(|| {
+                self.inner().local_waiters.register(
+                    self.ops.name(),
+                    &self.owner,
+                    &self.holds,
+                    lease_ms,
+                )
+            })
+        };
+        // The releasing owner made the lease (and told the client who holds the lock).
+        let handed = |holds, lease| self.guard_on(holds, lease, mode);
+        let result = wait::acquire(
+            self.inner(),
+            &self.channel,
+            wait,
+            max_nap,
+            |ask_server| self.attempt(mode, waiting, ask_server),
+            register,
+            handed,
+        )
         .await;
         queued.armed = false;
         if queues && !matches!(result, Ok(Some(_))) {
@@ -215,15 +273,32 @@ impl Holder {
         self.ops.force_unlock(self.inner()).await
     }
 
+    fn lease_ms(&self, mode: LeaseMode) -> u64 {
+        match mode {
+            LeaseMode::Watchdog => self.inner().watchdog.lease().as_millis() as u64,
+            LeaseMode::Fixed(ms) => ms,
+        }
+    }
+
+    /// One acquire attempt. Unless `ask_server`, a lock another owner of this client holds is
+    /// answered "busy" locally.
     async fn attempt(
         self: &Arc<Self>,
         mode: LeaseMode,
         waiting: bool,
+        ask_server: bool,
     ) -> Result<Attempt<LockGuard>> {
-        let lease_ms = match mode {
-            LeaseMode::Watchdog => self.inner().watchdog.lease().as_millis() as u64,
-            LeaseMode::Fixed(ms) => ms,
-        };
+        let lease_ms = self.lease_ms(mode);
+        if self.ops.hands_over()
+            && !ask_server
+            && let Some(left) = self
+                .inner()
+                .local_waiters
+                .held_by_other(self.name(), &self.owner)
+        {
+            // Another owner of this client holds it: it hands the lock over or publishes.
+            return Ok(Attempt::Busy { ttl: Some(left) });
+        }
         let holds = self.holds.clone().lock_owned().await;
         // From here on the script may run: if this future is dropped, the repair runs instead.
         let mut in_flight = InFlight {
@@ -290,9 +365,25 @@ impl Holder {
                     old.mark_lost();
                 }
                 holds.count = 0;
-                Arc::new(Lease::new(token, sent_at, lease_ms))
+                let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
+                if self.ops.hands_over() {
+                    self.inner()
+                        .local_waiters
+                        .granted(self.ops.name(), &self.owner, &lease);
+                }
+                lease
             }
         };
+        self.guard_on(holds, lease, mode)
+    }
+
+    /// The guard of one more hold on `lease`, registered with the watchdog when renewed.
+    fn guard_on(
+        self: &Arc<Self>,
+        mut holds: OwnedMutexGuard<Holds>,
+        lease: Arc<Lease>,
+        mode: LeaseMode,
+    ) -> LockGuard {
         holds.count += 1;
         holds.lease = Some(lease.clone());
         drop(holds);
@@ -333,7 +424,7 @@ impl Holder {
         self: &Arc<Self>,
         lease: &Arc<Lease>,
         request_id: &str,
-        mut resend: bool,
+        resend: bool,
     ) -> Result<()> {
         let mut holds = self.holds.clone().lock_owned().await;
         let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
@@ -343,18 +434,18 @@ impl Holder {
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
         let held_at_send = !lease.is_lost();
-        let mut result = self.send_release(lease, request_id, resend).await;
-        // The resend carries the same request id and says it is one: a partial release that
-        // ran is answered from its latch, never applied twice.
-        for _ in 0..2 {
-            match &result {
-                Err(e) if e.connection_dropped() => {
-                    resend = true;
-                    result = self.send_release(lease, request_id, resend).await
-                }
-                _ => break,
-            }
+        if holds.count == 1 && self.ops.hands_over() {
+            self.inner().local_waiters.releasing(self.name(), lease);
         }
+        // The last hold goes straight to a waiter of this client when one naps. A resend never
+        // hands over: its first send's handover, if any, is settled already.
+        let offer = (holds.count == 1 && held_at_send && !resend && self.ops.hands_over())
+            .then(|| self.inner().local_waiters.offer(self.name(), &self.owner))
+            .flatten();
+        let mut result = match offer {
+            Some(offer) => self.hand_over(lease, request_id, offer).await,
+            None => self.send_release_resending(lease, request_id, resend).await,
+        };
         if matches!(result, Ok(Released::Gone)) {
             result = Ok(if held_at_send {
                 Released::Freed
@@ -391,6 +482,89 @@ impl Holder {
         outcome
     }
 
+    /// Sends a release, resending it on a new connection when the first one dropped. The
+    /// resend carries the same request id and says it is one: a partial release that ran is
+    /// answered from its latch, never applied twice.
+    async fn send_release_resending(
+        &self,
+        lease: &Lease,
+        request_id: &str,
+        mut resend: bool,
+    ) -> Result<Released> {
+        let mut result = self.send_release(lease, request_id, resend).await;
+        for _ in 0..2 {
+            match &result {
+                Err(e) if e.connection_dropped() => {
+                    resend = true;
+                    result = self.send_release(lease, request_id, resend).await
+                }
+                _ => break,
+            }
+        }
+        result
+    }
+
+    /// Releases the owner's last hold by handing the lock to the waiter of `offer`, and tells
+    /// the waiter how that went. Answers as the plain release would for this owner.
+    async fn hand_over(
+        self: &Arc<Self>,
+        lease: &Lease,
+        request_id: &str,
+        offer: Offer,
+    ) -> Result<Released> {
+        let (to, to_lease_ms) = (offer.owner.clone(), offer.lease_ms);
+        // Dropped unsettled (an error, or this future cancelled), it takes the waiter's possible
+        // hold back before the waiter may try again.
+        let mut pending = PendingHandover {
+            holder: self.clone(),
+            offer: Some(offer),
+        };
+        let sent_at = Instant::now();
+        let mut result = self
+            .ops
+            .release_to(self.inner(), &self.owner, &to, to_lease_ms, false)
+            .await;
+        for _ in 0..2 {
+            match &result {
+                Err(e) if e.connection_dropped() => {
+                    result = self
+                        .ops
+                        .release_to(self.inner(), &self.owner, &to, to_lease_ms, true)
+                        .await
+                }
+                _ => break,
+            }
+        }
+        match result? {
+            HandedOver::Handed { token } => {
+                let offer = pending.take();
+                let handed = Arc::new(Lease::new(token, sent_at, to_lease_ms));
+                // Recorded before the waiter runs, so this owner's next lock() already knows
+                // the lock is taken.
+                let waiters = &self.inner().local_waiters;
+                waiters.granted(self.ops.name(), &to, &handed);
+                if let Some(holds) = offer.granted(handed.clone()) {
+                    // The waiter gave up meanwhile: nobody will use or release its hold.
+                    waiters.releasing(self.name(), &handed);
+                    let holder = self.clone();
+                    self.inner().runtime.spawn(async move {
+                        take_back(&holder, &to).await;
+                        drop(holds);
+                    });
+                }
+                Ok(Released::Freed)
+            }
+            HandedOver::Released(released) => {
+                pending.take().declined();
+                Ok(released)
+            }
+            HandedOver::SeveralHolds => {
+                pending.take().declined();
+                self.send_release_resending(lease, request_id, false).await
+            }
+        }
+    }
+
     async fn send_release(
         &self,
         lease: &Lease,
@@ -412,6 +586,40 @@ impl Holder {
         Error::LockLost {
             name: self.name().to_owned(),
         }
+    }
+}
+
+/// A handover under way; dropped unsettled, it takes the waiter's possible hold back in the
+/// background, keeping the waiter's hold count locked until that is done.
+struct PendingHandover {
+    holder: Arc<Holder>,
+    offer: Option<Offer>,
+}
+
+impl PendingHandover {
+    fn take(&mut self) -> Offer {
+        self.offer.take().expect("a handover is settled once")
+    }
+}
+
+impl Drop for PendingHandover {
+    fn drop(&mut self) {
+        let Some((to, holds)) = self.offer.take().and_then(Offer::abandon) else {
+            return;
+        };
+        let holder = self.holder.clone();
+        self.holder.inner().runtime.spawn(async move {
+            take_back(&holder, &to).await;
+            drop(holds);
+        });
+    }
+}
+
+/// Removes whatever hold `owner`, a waiter of this client, may have been handed, freeing the
+/// lock (and publishing) if that was the only one.
+async fn take_back(holder: &Holder, owner: &str) {
+    if let Err(e) = holder.ops.repair(holder.inner(), owner, 0, 0).await {
+        tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; it expires with its lease");
     }
 }
 

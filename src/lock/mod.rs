@@ -4,6 +4,7 @@
 mod fair;
 mod fenced;
 mod guard;
+pub(crate) mod handover;
 pub(crate) mod holder;
 mod plain;
 mod rlock;

@@ -10,10 +10,11 @@ use redis::Value;
 
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
-use crate::lock::holder::{Acquired, Inspection, LockOps, Released};
+use crate::lock::holder::{Acquired, HandedOver, Inspection, LockOps, Released};
 use crate::names;
 use crate::script::{
-    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
+    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_INSPECT, LOCK_RELEASE, LOCK_REPAIR,
+    ScriptCall,
 };
 use crate::watchdog::RenewTarget;
 
@@ -90,6 +91,37 @@ impl LockOps for PlainOps {
             .arg(UNLOCK_MESSAGE)
             .arg(if resend { "1" } else { "0" });
         run_release(client, call, &self.name).boxed()
+    }
+
+    fn hands_over(&self) -> bool {
+        true
+    }
+
+    fn release_to<'a>(
+        &'a self,
+        client: &'a ClientInner,
+        owner: &'a str,
+        to: &'a str,
+        to_lease_ms: u64,
+        resend: bool,
+    ) -> BoxFuture<'a, Result<HandedOver>> {
+        async move {
+            // The script counts the channel's subscribers beyond this client's own.
+            let own = u8::from(client.hub.is_subscribed(&self.channel));
+            let call = ScriptCall::new(&LOCK_HANDOVER)
+                .key(&*self.name)
+                .key(&self.channel)
+                .key(&self.token_key)
+                .arg(owner)
+                .arg(to)
+                .arg(to_lease_ms)
+                .arg(own)
+                .arg(UNLOCK_MESSAGE)
+                .arg(if resend { "1" } else { "0" });
+            let (status, value): (i64, i64) = client.executor.run(&call, &self.name).await?;
+            parse_handover(status, value)
+        }
+        .boxed()
     }
 
     fn repair<'a>(
@@ -216,6 +248,21 @@ pub(crate) fn parse_acquire(status: i64, value: i64) -> Result<Acquired> {
     }
 }
 
+/// Parses `{status, value}` from the handover script: 3 handed over (value: the waiter's token),
+/// 1 freed, 4 several holds (nothing done), 0 not the owner, 2 gone on a resend.
+pub(crate) fn parse_handover(status: i64, value: i64) -> Result<HandedOver> {
+    match status {
+        3 => u64::try_from(value)
+            .map(|token| HandedOver::Handed { token })
+            .map_err(|_| Error::unexpected(format!("fencing token {value}"))),
+        1 => Ok(HandedOver::Released(Released::Freed)),
+        4 => Ok(HandedOver::SeveralHolds),
+        0 => Ok(HandedOver::Released(Released::NotOwner)),
+        2 => Ok(HandedOver::Released(Released::Gone)),
+        other => Err(Error::unexpected(format!("handover status {other}"))),
+    }
+}
+
 /// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held.
 pub(crate) fn parse_release(reply: &Value) -> Result<Released> {
     match reply {
@@ -256,6 +303,29 @@ mod tests {
         assert_eq!(parse_acquire(0, -1).unwrap(), Acquired::Busy { ttl: None });
         assert!(parse_acquire(1, -3).is_err());
         assert!(parse_acquire(9, 0).is_err());
+    }
+
+    #[test]
+    fn handover_replies_are_parsed_strictly() {
+        assert_eq!(
+            parse_handover(3, 9).unwrap(),
+            HandedOver::Handed { token: 9 }
+        );
+        assert_eq!(
+            parse_handover(1, 0).unwrap(),
+            HandedOver::Released(Released::Freed)
+        );
+        assert_eq!(parse_handover(4, 2).unwrap(), HandedOver::SeveralHolds);
+        assert_eq!(
+            parse_handover(0, 0).unwrap(),
+            HandedOver::Released(Released::NotOwner)
+        );
+        assert_eq!(
+            parse_handover(2, 0).unwrap(),
+            HandedOver::Released(Released::Gone)
+        );
+        assert!(parse_handover(3, -1).is_err());
+        assert!(parse_handover(5, 0).is_err());
     }
 
     #[test]

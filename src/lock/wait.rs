@@ -1,14 +1,21 @@
 //! Waiting for a lock: try once; on contention subscribe, try again, then sleep until an unlock
 //! message or the holder's TTL (bounded by the re-check interval) and try again, until granted
-//! or the wait budget is spent. Shared by every lock kind.
+//! or the wait budget is spent. Shared by every lock kind. Waiters of kinds that hand over also
+//! line up in the client's local queue, where a release of the same client may grant them the
+//! lock while they sleep.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::error::Result;
+use crate::lease::Lease;
+use crate::lock::handover::{Handed, Registration, Turn};
+use crate::lock::holder::Holds;
 
 /// What one acquire attempt answered.
 #[derive(Debug)]
@@ -20,24 +27,32 @@ pub(crate) enum Attempt<T> {
     },
 }
 
-/// Runs `attempt` until it grants or `wait` is spent (`None`: wait for ever).
+/// Runs `attempt` until it grants or `wait` is spent (`None`: wait for ever). Once it has to
+/// wait, `register` may line the waiter up locally; a lock handed over to it becomes a `T`
+/// through `handed`. `attempt(true)` must ask Redis: it follows an unlock message or a declined
+/// handover, which may contradict what the client believes about the lock.
 ///
 /// The first attempt starts no timer and subscribes nothing, so an uncontended acquire is one
-/// round trip. Cancel safe as far as this loop goes: it holds only the subscription, which
-/// unregisters on drop; `attempt` answers for what it sent.
-pub(crate) async fn acquire<T, F, Fut>(
+/// round trip. Cancel safe as far as this loop goes: it holds only the subscription and the
+/// local registration, which unregister on drop (a release that picked this waiter meanwhile
+/// takes the handed hold back); `attempt` answers for what it sent.
+pub(crate) async fn acquire<T, F, Fut, R, H>(
     client: &ClientInner,
     channel: &str,
     wait: Option<Duration>,
     max_nap: Option<Duration>,
     mut attempt: F,
+    register: R,
+    mut handed: H,
 ) -> Result<Option<T>>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
+    R: FnOnce() -> Option<Registration>,
+    H: FnMut(OwnedMutexGuard<Holds>, Arc<Lease>) -> T,
 {
     let started = Instant::now();
-    if let Attempt::Granted(granted) = attempt().await? {
+    if let Attempt::Granted(granted) = attempt(false).await? {
         return Ok(Some(granted));
     }
     // No deadline: wait for ever (also for a budget too large for the clock).
@@ -53,8 +68,23 @@ where
         budget = budget.min(d.saturating_duration_since(Instant::now()));
     }
     let subscription = client.hub.subscribe(channel, budget).await;
+    let local = register();
+    // The receiver of the current nap, while a release may offer this waiter the lock.
+    let mut offer: Option<oneshot::Receiver<Handed>> = None;
+    let mut ask_server = false;
     loop {
-        let answer = attempt().await?;
+        if let (Some(local), Some(rx)) = (&local, offer.take())
+            && let Turn::Offered(rx) = local.wake(rx)
+        {
+            // A release picked this waiter: it has the lock or is told at once that it has not.
+            let outcome = rx.await;
+            local.settled();
+            if let Ok(Handed::Granted { holds, lease }) = outcome {
+                return Ok(Some(handed(holds, lease)));
+            }
+            ask_server = true;
+        }
+        let answer = attempt(std::mem::take(&mut ask_server)).await?;
         subscription.used();
         let ttl = match answer {
             Attempt::Granted(granted) => return Ok(Some(granted)),
@@ -72,9 +102,26 @@ where
             nap = nap.min(d - now);
         }
         let nap = nap.max(Duration::from_millis(1));
+        offer = local.as_ref().map(Registration::nap);
         tokio::select! {
-            () = subscription.woken() => {}
+            () = subscription.woken() => ask_server = true,
             () = tokio::time::sleep(nap) => {}
+            outcome = async {
+                match offer.as_mut() {
+                    Some(rx) => rx.await,
+                    None => std::future::pending().await,
+                }
+            }, if offer.is_some() =>
+            {
+                offer = None;
+                if let Some(local) = &local {
+                    local.settled();
+                }
+                if let Ok(Handed::Granted { holds, lease }) = outcome {
+                    return Ok(Some(handed(holds, lease)));
+                }
+                ask_server = true;
+            }
         }
     }
 }

@@ -1,0 +1,61 @@
+-- Gives back an RLock owner's last hold and, in the same step, grants the lock to a waiter of
+-- the same client, so the lock is never free in between and the waiter needs no round trip of
+-- its own. The handover happens only when nobody else waits: when the lock's channel has more
+-- subscribers than the releasing client's own, the lock is freed and the unlock published as a
+-- plain release would, so waiters of other clients (Java Redisson's included) keep their chance.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the lock's channel (redisson_lock__channel:{name})
+-- KEYS[3]  the fencing counter of the lock name
+-- ARGV[1]  owner giving the hold back
+-- ARGV[2]  the waiter the lock is handed to
+-- ARGV[3]  the waiter's lease in ms
+-- ARGV[4]  how many of the channel's subscribers are the releasing client's own (0 or 1)
+-- ARGV[5]  the message published when the lock becomes free ('0')
+-- ARGV[6]  '1' when this request is a resend, else '0'
+--
+-- Replies {status, value}:
+--   {3, token}  handed over: the owner's hold is gone and the waiter holds the lock once, with
+--               its lease; token is the waiter's fencing token (the counter after its INCR)
+--   {1, 0}      freed and published (others wait)
+--   {4, holds}  the owner has several holds on the server: nothing changed
+--   {0, 0}      the owner holds nothing: nothing changed
+--   {2, 0}      (resends only) the owner holds nothing and the waiter was not handed the lock:
+--               the first send freed it, or the hold was gone before
+-- A resend that finds the waiter holding answers {3, token} again: only the releasing client
+-- grants to its waiters, and it does not grant to one whose handover is in doubt.
+-- Errors: WRONGTYPE when a key holds another type; the INCR is the first write, so an error
+-- changes nothing.
+
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not holds then
+  if ARGV[6] == '1' then
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+      return {3, tonumber(redis.call('get', KEYS[3])) or 0}
+    end
+    return {2, 0}
+  end
+  return {0, 0}
+end
+if holds > 1 then
+  return {4, holds}
+end
+
+local others = redis.call('pubsub', 'numsub', KEYS[2])[2] - tonumber(ARGV[4])
+if others > 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[5])
+  return {1, 0}
+end
+
+local token = redis.pcall('incr', KEYS[3])
+if type(token) == 'table' then
+  if string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
+  end
+  return redis.error_reply(token.err)
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('hset', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[3])
+return {3, token}

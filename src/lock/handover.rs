@@ -1,0 +1,295 @@
+//! A client's own waiters, per lock, so that a release can hand the lock straight to one of
+//! them in the release's round trip instead of freeing it and letting the waiter ask again.
+//!
+//! Under contention inside one process this turns "release, publish, wake, acquire" (two round
+//! trips and a pub/sub message per acquisition, with the releaser's next `lock()` usually
+//! winning the race) into one round trip per acquisition, in FIFO order among the client's
+//! waiters. The release script only hands over when no other client waits on the lock's
+//! channel, so waiters elsewhere are never passed over by a chain of local handovers.
+//!
+//! The client also remembers which of its owners holds each such lock, from the grant until its
+//! last release is sent. Another owner of the client that asks meanwhile is answered "busy"
+//! without a round trip and lines up at once: the holder will hand it the lock, or publish the
+//! unlock it waits for. Its nap is bounded by the holder's lease deadline, so a hold that runs
+//! out without a release still ends the wait.
+//!
+//! A waiter can be offered the lock only while it naps (never with an attempt in flight, which
+//! could otherwise race the handover), and the offer locks the waiter's hold count until it is
+//! settled, so no other operation of that owner runs meanwhile. An offer whose outcome is
+//! unknown (the release failed or was cancelled) takes the waiter's possible hold back off the
+//! server before the waiter may try again.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use std::time::Duration;
+
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
+use tokio::time::Instant;
+
+use crate::lease::Lease;
+use crate::lock::holder::Holds;
+
+/// What a napping waiter learns from the release that picked it.
+#[derive(Debug)]
+pub(crate) enum Handed {
+    /// The lock is the waiter's: one hold, under `lease`.
+    Granted {
+        holds: OwnedMutexGuard<Holds>,
+        lease: Arc<Lease>,
+    },
+    /// Not handed over (others wait, or the releaser's hold was gone): try at once.
+    Declined,
+}
+
+/// Where a waiter stands, as a release sees it.
+#[derive(Debug)]
+enum SlotState {
+    /// Attempting, or between attempts but not napping yet: not eligible.
+    Busy,
+    /// Napping: a release may take the sender and offer the lock.
+    Napping(oneshot::Sender<Handed>),
+    /// A release took it; the waiter waits for the outcome.
+    Offered,
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    owner: Arc<str>,
+    holds: Arc<AsyncMutex<Holds>>,
+    lease_ms: u64,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn state(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The client's waiters per lock name (only kinds whose release can hand over register).
+#[derive(Debug, Default)]
+pub(crate) struct LocalWaiters {
+    queues: Mutex<HashMap<Arc<str>, VecDeque<Arc<Slot>>>>,
+    /// Per lock name, the owner of this client holding it and its lease.
+    held: Mutex<HashMap<Arc<str>, LocalHold>>,
+    next_id: AtomicU64,
+}
+
+/// A hold of one of the client's owners.
+#[derive(Debug)]
+struct LocalHold {
+    owner: Arc<str>,
+    lease: Arc<Lease>,
+}
+
+/// Below this much lease left, a local holder is not trusted to still hold the lock.
+const HELD_MARGIN: Duration = Duration::from_millis(2);
+
+impl LocalWaiters {
+    fn queues(&self) -> MutexGuard<'_, HashMap<Arc<str>, VecDeque<Arc<Slot>>>> {
+        // Every change under this lock is a single push, removal or state swap.
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<Arc<str>, LocalHold>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `owner` was granted `name` anew, under `lease`.
+    pub(crate) fn granted(&self, name: &Arc<str>, owner: &Arc<str>, lease: &Arc<Lease>) {
+        let hold = LocalHold {
+            owner: owner.clone(),
+            lease: lease.clone(),
+        };
+        self.held().insert(name.clone(), hold);
+    }
+
+    /// The hold under `lease` is about to be given back (or is gone): from now on nobody
+    /// relies on it.
+    pub(crate) fn releasing(&self, name: &str, lease: &Lease) {
+        let mut held = self.held();
+        if held
+            .get(name)
+            .is_some_and(|h| std::ptr::eq(Arc::as_ptr(&h.lease), lease))
+        {
+            held.remove(name);
+        }
+    }
+
+    /// When another owner of this client holds `name` with a live lease, how long that lease
+    /// has left: asking Redis would only hear "busy".
+    pub(crate) fn held_by_other(&self, name: &str, owner: &str) -> Option<Duration> {
+        let held = self.held();
+        let hold = held.get(name)?;
+        if &*hold.owner == owner || hold.lease.is_lost() {
+            return None;
+        }
+        let left = hold
+            .lease
+            .deadline()
+            .saturating_duration_since(Instant::now());
+        (left > HELD_MARGIN).then_some(left)
+    }
+
+    /// Puts a waiter at the back of `name`'s queue; it stays there (keeping its place across
+    /// attempts) until the registration is dropped.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        owner: &Arc<str>,
+        holds: &Arc<AsyncMutex<Holds>>,
+        lease_ms: u64,
+    ) -> Registration {
+        let slot = Arc::new(Slot {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            owner: owner.clone(),
+            holds: holds.clone(),
+            lease_ms,
+            state: Mutex::new(SlotState::Busy),
+        });
+        self.queues()
+            .entry(name.clone())
+            .or_default()
+            .push_back(slot.clone());
+        Registration {
+            waiters: self.clone(),
+            name: name.clone(),
+            slot,
+        }
+    }
+
+    /// Picks the first napping waiter of `name`, other than `releaser`, whose owner holds
+    /// nothing and has no operation under way, and takes it out of the running until the
+    /// returned offer is settled.
+    pub(crate) fn offer(&self, name: &str, releaser: &str) -> Option<Offer> {
+        let queues = self.queues();
+        let queue = queues.get(name)?;
+        for slot in queue {
+            if &*slot.owner == releaser {
+                continue;
+            }
+            let mut state = slot.state();
+            if !matches!(*state, SlotState::Napping(_)) {
+                continue;
+            }
+            let Ok(holds) = slot.holds.clone().try_lock_owned() else {
+                continue;
+            };
+            if holds.count() != 0 {
+                continue;
+            }
+            let SlotState::Napping(reply) = std::mem::replace(&mut *state, SlotState::Offered)
+            else {
+                unreachable!("checked above");
+            };
+            return Some(Offer {
+                owner: slot.owner.clone(),
+                lease_ms: slot.lease_ms,
+                holds: Some(holds),
+                reply: Some(reply),
+            });
+        }
+        None
+    }
+}
+
+/// A waiter's place in its lock's local queue. Dropping it leaves the queue.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    waiters: Arc<LocalWaiters>,
+    name: Arc<str>,
+    slot: Arc<Slot>,
+}
+
+/// What the waiter does next.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// Nobody offered it the lock: attempt.
+    Attempt,
+    /// A release is handing it the lock: wait for the outcome on this receiver.
+    Offered(oneshot::Receiver<Handed>),
+}
+
+impl Registration {
+    /// The waiter naps: from now a release may offer it the lock, answering on the receiver.
+    pub(crate) fn nap(&self) -> oneshot::Receiver<Handed> {
+        let (tx, rx) = oneshot::channel();
+        *self.slot.state() = SlotState::Napping(tx);
+        rx
+    }
+
+    /// The nap is over (woken or timed out): unless a release already took this waiter,
+    /// it becomes ineligible and attempts. `rx` is the nap's receiver.
+    pub(crate) fn wake(&self, rx: oneshot::Receiver<Handed>) -> Turn {
+        let mut state = self.slot.state();
+        match *state {
+            SlotState::Offered => Turn::Offered(rx),
+            _ => {
+                *state = SlotState::Busy;
+                Turn::Attempt
+            }
+        }
+    }
+
+    /// The offer this waiter received was settled (granted, declined or abandoned).
+    pub(crate) fn settled(&self) {
+        *self.slot.state() = SlotState::Busy;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut queues = self.waiters.queues();
+        if let Some(queue) = queues.get_mut(&self.name) {
+            queue.retain(|s| s.id != self.slot.id);
+            if queue.is_empty() {
+                queues.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// A waiter picked by a release. Settle it with [`granted`](Self::granted) or
+/// [`declined`](Self::declined); dropped unsettled (the release failed or was cancelled), it
+/// must be [`abandon`](Self::abandon)ed by its owner, which knows how to take the waiter's
+/// possible hold back.
+#[derive(Debug)]
+pub(crate) struct Offer {
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease_ms: u64,
+    holds: Option<OwnedMutexGuard<Holds>>,
+    reply: Option<oneshot::Sender<Handed>>,
+}
+
+impl Offer {
+    /// The handover ran: the waiter holds the lock. When the waiter has gone meanwhile, its
+    /// hold count guard comes back so the caller can give the hold back.
+    pub(crate) fn granted(mut self, lease: Arc<Lease>) -> Option<OwnedMutexGuard<Holds>> {
+        let holds = self.holds.take()?;
+        let reply = self.reply.take()?;
+        match reply.send(Handed::Granted { holds, lease }) {
+            Ok(()) => None,
+            Err(Handed::Granted { holds, .. }) => Some(holds),
+            Err(Handed::Declined) => None,
+        }
+    }
+
+    /// The handover did not run: the waiter tries on its own at once.
+    pub(crate) fn declined(mut self) {
+        self.holds = None;
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(Handed::Declined);
+        }
+    }
+
+    /// The handover's outcome is unknown. Returns the waiter's hold count guard, to be kept
+    /// while its possible hold is taken back; the waiter learns nothing until the guard and
+    /// this offer's sender are dropped, and then tries on its own.
+    pub(crate) fn abandon(mut self) -> Option<(Arc<str>, OwnedMutexGuard<Holds>)> {
+        self.reply = None;
+        self.holds.take().map(|h| (self.owner.clone(), h))
+    }
+}

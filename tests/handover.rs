@@ -1,0 +1,348 @@
+//! Handover: a release that grants the lock straight to a waiter of the same client, and the
+//! client's own view of who holds a lock. What it must keep: one round trip per handed-over
+//! acquisition, FIFO among local waiters, no handover past waiters of other clients, and no
+//! stranded hold when the waiter or the release is cancelled mid-handover.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
+
+/// Lets a spawned lock() call reach its nap (first attempt, subscription, second attempt).
+const SETTLE: Duration = Duration::from_millis(150);
+
+async fn fields(server: &RedisServer, key: &str) -> Vec<(String, String)> {
+    let mut raw = server.raw().await;
+    let mut all: Vec<(String, String)> = raw.hgetall(key).await.unwrap();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_local_waiter_in_its_own_round_trip() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let a = client.get_lock("handed");
+    let b = client.get_lock("handed");
+    let held = a.lock().await.unwrap();
+    let first_token = held.fencing_token();
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock().await.unwrap();
+        (b, guard)
+    });
+    tokio::time::sleep(SETTLE).await;
+    assert!(!waiter.is_finished());
+    server.reset_stats().await;
+
+    held.unlock().await.unwrap();
+    let (b, guard) = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter is handed the lock")
+        .unwrap();
+    assert_eq!(
+        server.calls("evalsha").await,
+        1,
+        "the release script granted the waiter: no attempt of its own"
+    );
+    assert_eq!(
+        server.calls("publish").await,
+        0,
+        "the lock was never free, so no unlock was published"
+    );
+    assert_eq!(guard.fencing_token(), first_token + 1);
+    let owner_fields = fields(&server, "handed").await;
+    assert_eq!(owner_fields.len(), 1, "only the new owner holds it");
+    assert_eq!(owner_fields[0].1, "1");
+    assert!(b.is_held().await.unwrap());
+    assert_eq!(b.hold_count().await.unwrap(), 1);
+    let ttl = b.remaining_ttl().await.unwrap().unwrap();
+    assert!(
+        ttl > Duration::from_secs(25),
+        "the waiter's watchdog lease, got {ttl:?}"
+    );
+    guard.unlock().await.unwrap();
+    assert!(!b.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_fixed_lease_is_the_waiters_and_is_not_renewed() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let a = client.get_lock("handed-lease");
+    let b = client.get_lock("handed-lease");
+    let held = a.lock().await.unwrap();
+    let waiter =
+        tokio::spawn(async move { b.lock_with_lease(Duration::from_millis(700)).await.unwrap() });
+    tokio::time::sleep(SETTLE).await;
+    held.unlock().await.unwrap();
+    let guard = waiter.await.unwrap();
+    let ttl = client
+        .get_lock("handed-lease")
+        .remaining_ttl()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ttl <= Duration::from_millis(700), "{ttl:?}");
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !client.get_lock("handed-lease").is_locked().await.unwrap()
+        })
+        .await,
+        "a fixed lease runs out"
+    );
+    assert!(guard.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client.get_lock("queue");
+    let held = holder.lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let lock = client.get_lock("queue");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.unlock().await.unwrap();
+        }));
+        tokio::time::sleep(SETTLE).await;
+    }
+    held.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_handover_while_a_waiter_of_another_client_is_subscribed() {
+    let server = RedisServer::start();
+    let here = client(&server).await;
+    let elsewhere = client(&server).await;
+    let held = here.get_lock("shared").lock().await.unwrap();
+    let mut waiters = Vec::new();
+    for c in [&here, &elsewhere] {
+        let lock = c.get_lock("shared");
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            guard.unlock().await.unwrap();
+        }));
+        tokio::time::sleep(SETTLE).await;
+    }
+    assert_eq!(
+        server.subscribers("redisson_lock__channel:{shared}").await,
+        2
+    );
+    server.reset_stats().await;
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("both waiters get the lock")
+            .unwrap();
+    }
+    assert!(
+        server.calls("publish").await >= 1,
+        "the lock was freed and the unlock published for the other client's waiter"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_style_subscriber_blocks_handover_too() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // A foreign waiter is only a subscription on the lock's channel.
+    let foreign = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = foreign.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe("redisson_lock__channel:{foreign}")
+        .await
+        .unwrap();
+
+    let held = client.get_lock("foreign").lock().await.unwrap();
+    let lock = client.get_lock("foreign");
+    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
+    tokio::time::sleep(SETTLE).await;
+    held.unlock().await.unwrap();
+    let mut messages = pubsub.on_message();
+    let message = tokio::time::timeout(
+        Duration::from_secs(2),
+        futures::StreamExt::next(&mut messages),
+    )
+    .await
+    .expect("the unlock is published")
+    .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "0");
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the local waiter still gets the lock")
+        .unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_while_another_owner_of_the_client_holds_sends_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let held = client.get_lock("known").lock().await.unwrap();
+    let other = client.get_lock("known");
+    // The hub's first connection wakes every waiter to ask Redis (an unlock may have gone
+    // unheard before it): open it before counting.
+    assert!(
+        other
+            .try_lock_for(Duration::from_millis(30), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    server.reset_stats().await;
+    assert!(other.try_lock().await.unwrap().is_none());
+    assert!(
+        other
+            .try_lock_for(Duration::from_millis(30), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(server.calls("evalsha").await, 0);
+    held.unlock().await.unwrap();
+    let guard = other.try_lock().await.unwrap().expect("free once released");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_hold_that_runs_out_unreleased_does_not_strand_local_waiters() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let leaked = client
+        .get_lock("leaked")
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    // Never released: only its lease ends the hold.
+    std::mem::forget(leaked);
+    let started = Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(3), client.get_lock("leaked").lock())
+        .await
+        .expect("the waiter gets the lock once the lease ran out")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_wakes_a_local_waiter_despite_the_live_local_holder() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let held = client.get_lock("forced").lock().await.unwrap();
+    let lock = client.get_lock("forced");
+    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
+    tokio::time::sleep(SETTLE).await;
+    let started = Instant::now();
+    assert!(client.get_lock("forced").force_unlock().await.unwrap());
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the unlock message makes the waiter ask Redis")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    guard.unlock().await.unwrap();
+    assert!(held.unlock().await.is_err(), "the forced-open hold is lost");
+}
+
+/// The release is slowed down by a proxy that delays replies: the handover runs on the server at
+/// once, while the client hears of it only later.
+async fn proxied(server: &RedisServer) -> (Proxy, ferrisson::Client) {
+    let proxy = Proxy::start(server.port()).await;
+    let client = builder_for(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    (proxy, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_while_being_handed_the_lock_leaves_it_free() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let held = client.get_lock("abandoned").lock().await.unwrap();
+    let lock = client.get_lock("abandoned");
+    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
+    tokio::time::sleep(SETTLE).await;
+    proxy.set(Mode::Delay(Duration::from_millis(400)));
+    let release = tokio::spawn(async move { held.unlock().await });
+    // The handover has run on the server; the waiter gives up before the reply comes back.
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            fields(&server, "abandoned").await.len() == 1 && server.calls("evalsha").await > 0
+        })
+        .await
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    release
+        .await
+        .unwrap()
+        .expect("the release itself succeeded");
+    proxy.set(Mode::Pass);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let mut raw = server.raw().await;
+            !raw.exists::<_, bool>("abandoned").await.unwrap()
+        })
+        .await,
+        "the hold handed to the departed waiter was taken back"
+    );
+    let guard = client
+        .get_lock("abandoned")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free for anyone");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_handover_release_does_not_strand_the_waiter() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let held = client.get_lock("cut").lock().await.unwrap();
+    let lock = client.get_lock("cut");
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (lock, guard)
+    });
+    tokio::time::sleep(SETTLE).await;
+    proxy.set(Mode::Delay(Duration::from_millis(400)));
+    // The caller stops waiting for the release mid-flight.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), held.unlock())
+            .await
+            .is_err()
+    );
+    proxy.set(Mode::Pass);
+    let (lock, guard) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter gets the lock after all")
+        .unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert_eq!(fields(&server, "cut").await.len(), 1, "one owner, once");
+    guard.unlock().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await
+    );
+}
