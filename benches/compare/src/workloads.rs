@@ -202,7 +202,11 @@ async fn sequential_run<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
 
 pub struct Contention {
     pub acquisitions: usize,
+    /// The median run's rate (one run: its rate).
     pub ops_per_s: f64,
+    /// Slowest..fastest run.
+    pub ops_range: (f64, f64),
+    pub runs: usize,
     pub acq_p50_ms: f64,
     pub acq_p99_ms: f64,
     pub per_task: Vec<usize>,
@@ -215,6 +219,8 @@ pub struct Contention {
 }
 
 pub const CONT_TASKS: usize = 8;
+/// Contention runs per library, interleaved across the libraries.
+pub const CONT_ROUNDS: usize = 5;
 pub const CONT_TOTAL: i64 = 2000;
 pub const CONT_CAP: Duration = Duration::from_secs(15);
 
@@ -294,11 +300,32 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
         server_us_per_acq: per((cpu1.1 - cpu0.1) * 1000.0),
         acquisitions: n,
         ops_per_s: n as f64 / (end - start).as_secs_f64(),
+        ops_range: (n as f64 / (end - start).as_secs_f64(), n as f64 / (end - start).as_secs_f64()),
+        runs: 1,
         acq_p50_ms: pct(&all, 50.0),
         acq_p99_ms: pct(&all, 99.0),
         per_task,
         capped,
     })
+}
+
+/// Several contention runs of one library as one result: the median run (by rate) for the rate,
+/// latencies and costs; every run's per-task counts, so the spread check sees the worst run.
+pub fn aggregate_contention(mut runs: Vec<Contention>) -> Option<Contention> {
+    if runs.is_empty() {
+        return None;
+    }
+    runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let range = (runs[0].ops_per_s, runs[runs.len() - 1].ops_per_s);
+    let count = runs.len();
+    let per_task: Vec<usize> = runs.iter().flat_map(|r| r.per_task.iter().copied()).collect();
+    let capped = runs.iter().any(|r| r.capped);
+    let mut median = runs.swap_remove(count / 2);
+    median.ops_range = range;
+    median.runs = count;
+    median.per_task = per_task;
+    median.capped = capped;
+    Some(median)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,11 +343,13 @@ pub const HANDOFF_ROUNDS: usize = 50;
 /// How long B's lock() call is left pending before A releases.
 pub const HANDOFF_PENDING: Duration = Duration::from_millis(15);
 
-pub async fn handoff<L: Lib>(lib: Arc<L>) -> Result<Handoff> {
+/// A on `lib_a`, B on `lib_b`: pass the same library instance twice for two owners of one
+/// client, or two connected instances for two clients.
+pub async fn handoff<L: Lib>(lib_a: Arc<L>, lib_b: Arc<L>) -> Result<Handoff> {
     let inside = Inside::new();
     let h = spawn_task::<L, _, _>(async move {
-        let mut a = lib.owner("bench_handoff").await?;
-        let mut b = Some(lib.owner("bench_handoff").await?);
+        let mut a = lib_a.owner("bench_handoff").await?;
+        let mut b = Some(lib_b.owner("bench_handoff").await?);
         let mut from_start = Vec::new();
         let mut from_ret = Vec::new();
         // one warm-up round, not measured
