@@ -192,7 +192,7 @@ async fn a_java_style_subscriber_blocks_handover_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asking_while_another_owner_of_the_client_holds_sends_nothing() {
+async fn asking_while_another_owner_of_the_client_holds_is_answered_locally() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let held = client.get_lock("known").lock().await.unwrap();
@@ -208,6 +208,7 @@ async fn asking_while_another_owner_of_the_client_holds_sends_nothing() {
     );
     server.reset_stats().await;
     assert!(other.try_lock().await.unwrap().is_none());
+    assert_eq!(server.calls("evalsha").await, 0, "try_lock asked nobody");
     assert!(
         other
             .try_lock_for(Duration::from_millis(30), None)
@@ -215,7 +216,11 @@ async fn asking_while_another_owner_of_the_client_holds_sends_nothing() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(server.calls("evalsha").await, 0);
+    assert_eq!(
+        server.calls("evalsha").await,
+        1,
+        "a bounded wait asks Redis once, when its nap ends, not on its first two attempts"
+    );
     held.unlock().await.unwrap();
     let guard = other.try_lock().await.unwrap().expect("free once released");
     guard.unlock().await.unwrap();
@@ -344,5 +349,60 @@ async fn a_cancelled_handover_release_does_not_strand_the_waiter() {
             !lock.is_locked().await.unwrap()
         })
         .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_forced_open_by_the_client_is_not_taken_for_held_by_it() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let held = client.get_lock("forced-here").lock().await.unwrap();
+    assert!(client.get_lock("forced-here").force_unlock().await.unwrap());
+    // Nobody waited, so no message matters here: the client must not answer from its own view.
+    let guard = client
+        .get_lock("forced-here")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after force_unlock");
+    guard.unlock().await.unwrap();
+    assert!(held.unlock().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_picked_for_a_slow_handover_keeps_to_its_wait_budget() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let held = client.get_lock("slow-handover").lock().await.unwrap();
+    let lock = client.get_lock("slow-handover");
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let got = lock
+            .try_lock_for(Duration::from_millis(400), None)
+            .await
+            .unwrap();
+        (got.is_some(), started.elapsed())
+    });
+    tokio::time::sleep(SETTLE).await;
+    proxy.set(Mode::Delay(Duration::from_millis(1200)));
+    let release = tokio::spawn(async move { held.unlock().await });
+    let (got, waited) = waiter.await.unwrap();
+    assert!(!got, "the release's reply came after the budget");
+    assert!(
+        waited < Duration::from_millis(900),
+        "gave up with its budget, not with the release: {waited:?}"
+    );
+    release
+        .await
+        .unwrap()
+        .expect("the release itself succeeded");
+    proxy.set(Mode::Pass);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let mut raw = server.raw().await;
+            !raw.exists::<_, bool>("slow-handover").await.unwrap()
+        })
+        .await,
+        "the hold handed to the waiter that gave up was taken back"
     );
 }

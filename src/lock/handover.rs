@@ -20,6 +20,7 @@
 //! server before the waiter may try again.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -34,13 +35,47 @@ use crate::lock::holder::Holds;
 /// What a napping waiter learns from the release that picked it.
 #[derive(Debug)]
 pub(crate) enum Handed {
-    /// The lock is the waiter's: one hold, under `lease`.
-    Granted {
-        holds: OwnedMutexGuard<Holds>,
-        lease: Arc<Lease>,
-    },
+    /// The lock is the waiter's: one hold.
+    Granted(HandedHold),
     /// Not handed over (others wait, or the releaser's hold was gone): try at once.
     Declined,
+}
+
+/// Gives a handed-over hold back when dropped unaccepted.
+pub(crate) type Undo = Box<dyn FnOnce(OwnedMutexGuard<Holds>) + Send>;
+
+/// A hold the server gave a waiter by handover, on its way to the waiter. The waiter accepts it
+/// (and makes a guard of it); dropped unaccepted, because the waiter stopped waiting after the
+/// handover ran, it gives the hold back, so no hold is left that nobody would release.
+pub(crate) struct HandedHold {
+    holds: Option<OwnedMutexGuard<Holds>>,
+    lease: Arc<Lease>,
+    undo: Option<Undo>,
+}
+
+impl fmt::Debug for HandedHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandedHold")
+            .field("token", &self.lease.token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HandedHold {
+    /// The waiter takes the hold: its hold count (locked) and the lease.
+    pub(crate) fn accept(mut self) -> (OwnedMutexGuard<Holds>, Arc<Lease>) {
+        self.undo = None;
+        let holds = self.holds.take().expect("a handed hold is accepted once");
+        (holds, self.lease.clone())
+    }
+}
+
+impl Drop for HandedHold {
+    fn drop(&mut self) {
+        if let (Some(undo), Some(holds)) = (self.undo.take(), self.holds.take()) {
+            undo(holds);
+        }
+    }
 }
 
 /// Where a waiter stands, as a release sees it.
@@ -117,6 +152,11 @@ impl LocalWaiters {
         {
             held.remove(name);
         }
+    }
+
+    /// The lock was forced open: whoever of this client held it holds it no more.
+    pub(crate) fn forget(&self, name: &str) {
+        self.held().remove(name);
     }
 
     /// When another owner of this client holds `name` with a live lease, how long that lease
@@ -265,15 +305,17 @@ pub(crate) struct Offer {
 }
 
 impl Offer {
-    /// The handover ran: the waiter holds the lock. When the waiter has gone meanwhile, its
-    /// hold count guard comes back so the caller can give the hold back.
-    pub(crate) fn granted(mut self, lease: Arc<Lease>) -> Option<OwnedMutexGuard<Holds>> {
-        let holds = self.holds.take()?;
-        let reply = self.reply.take()?;
-        match reply.send(Handed::Granted { holds, lease }) {
-            Ok(()) => None,
-            Err(Handed::Granted { holds, .. }) => Some(holds),
-            Err(Handed::Declined) => None,
+    /// The handover ran: the waiter holds the lock under `lease`. If the waiter is gone, or
+    /// goes before it takes the hold, `undo` gives the hold back.
+    pub(crate) fn granted(mut self, lease: Arc<Lease>, undo: Undo) {
+        let hold = HandedHold {
+            holds: self.holds.take(),
+            lease,
+            undo: Some(undo),
+        };
+        if let Some(reply) = self.reply.take() {
+            // A failed send drops the hold, which undoes it.
+            let _ = reply.send(Handed::Granted(hold));
         }
     }
 
@@ -291,5 +333,109 @@ impl Offer {
     pub(crate) fn abandon(mut self) -> Option<(Arc<str>, OwnedMutexGuard<Holds>)> {
         self.reply = None;
         self.holds.take().map(|h| (self.owner.clone(), h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    fn waiting(waiters: &Arc<LocalWaiters>) -> (Registration, oneshot::Receiver<Handed>) {
+        let registration = waiters.register(
+            &Arc::from("lock"),
+            &Arc::from("client:2"),
+            &Arc::default(),
+            30_000,
+        );
+        let rx = registration.nap();
+        (registration, rx)
+    }
+
+    fn undo_flag() -> (Arc<AtomicBool>, Undo) {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = flag.clone();
+        (flag, Box::new(move |_| set.store(true, Ordering::SeqCst)))
+    }
+
+    fn lease() -> Arc<Lease> {
+        Arc::new(Lease::new(7, Instant::now(), 30_000))
+    }
+
+    #[tokio::test]
+    async fn a_hold_handed_to_a_waiter_that_never_takes_it_is_undone() {
+        let waiters = Arc::new(LocalWaiters::default());
+
+        // Gone before the grant was sent.
+        let (registration, rx) = waiting(&waiters);
+        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
+        drop(rx);
+        let (undone, undo) = undo_flag();
+        offer.granted(lease(), undo);
+        assert!(undone.load(Ordering::SeqCst));
+        drop(registration);
+
+        // Gone after it was sent, before reading it.
+        let (registration, rx) = waiting(&waiters);
+        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
+        let (undone, undo) = undo_flag();
+        offer.granted(lease(), undo);
+        assert!(!undone.load(Ordering::SeqCst));
+        drop(rx);
+        assert!(undone.load(Ordering::SeqCst));
+        drop(registration);
+
+        // Read but not accepted.
+        let (registration, mut rx) = waiting(&waiters);
+        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
+        let (undone, undo) = undo_flag();
+        offer.granted(lease(), undo);
+        let handed = rx.try_recv().unwrap();
+        assert!(!undone.load(Ordering::SeqCst));
+        drop(handed);
+        assert!(undone.load(Ordering::SeqCst));
+        drop(registration);
+
+        // Accepted: the waiter owns it now.
+        let (registration, mut rx) = waiting(&waiters);
+        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
+        let (undone, undo) = undo_flag();
+        offer.granted(lease(), undo);
+        let Ok(Handed::Granted(hold)) = rx.try_recv() else {
+            panic!("granted");
+        };
+        let (_holds, lease) = hold.accept();
+        assert_eq!(lease.token(), 7);
+        assert!(!undone.load(Ordering::SeqCst));
+        drop(registration);
+    }
+
+    #[tokio::test]
+    async fn only_napping_waiters_of_other_owners_are_offered_the_lock() {
+        let waiters = Arc::new(LocalWaiters::default());
+        let (registration, rx) = waiting(&waiters);
+        assert!(
+            waiters.offer("lock", "client:2").is_none(),
+            "not to the releasing owner itself"
+        );
+        assert!(matches!(registration.wake(rx), Turn::Attempt));
+        assert!(
+            waiters.offer("lock", "client:1").is_none(),
+            "not while it attempts"
+        );
+        let rx = registration.nap();
+        let offer = waiters.offer("lock", "client:1").expect("napping");
+        assert!(
+            waiters.offer("lock", "client:1").is_none(),
+            "offered once at a time"
+        );
+        assert!(matches!(registration.wake(rx), Turn::Offered(_)));
+        offer.declined();
+        drop(registration);
+        assert!(
+            waiters.queues().is_empty(),
+            "the queue is gone with its last waiter"
+        );
     }
 }

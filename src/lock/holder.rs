@@ -19,7 +19,7 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
-use crate::lock::handover::Offer;
+use crate::lock::handover::{HandedHold, Offer};
 use crate::lock::wait::{self, Attempt};
 use crate::watchdog::{RenewTarget, Renewal};
 
@@ -241,7 +241,10 @@ impl Holder {
             })
         };
         // The releasing owner made the lease (and told the client who holds the lock).
-        let handed = |holds, lease| self.guard_on(holds, lease, mode);
+        let handed = |hold: HandedHold| {
+            let (holds, lease) = hold.accept();
+            self.guard_on(holds, lease, mode)
+        };
         let result = wait::acquire(
             self.inner(),
             &self.channel,
@@ -270,7 +273,12 @@ impl Holder {
     }
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
-        self.ops.force_unlock(self.inner()).await
+        let result = self.ops.force_unlock(self.inner()).await;
+        if self.ops.hands_over() {
+            // Whether or not the reply came, the local holder's view may be wrong now.
+            self.inner().local_waiters.forget(self.name());
+        }
+        result
     }
 
     fn lease_ms(&self, mode: LeaseMode) -> u64 {
@@ -323,6 +331,7 @@ impl Holder {
                     // Somebody else holds what we thought we held: our hold is gone.
                     if let Some(old) = holds.lease.take() {
                         old.mark_lost();
+                        self.inner().local_waiters.releasing(self.name(), &old);
                     }
                     holds.count = 0;
                 }
@@ -478,6 +487,7 @@ impl Holder {
         };
         if holds.count == 0 {
             holds.lease = None;
+            self.inner().local_waiters.releasing(self.name(), lease);
         }
         outcome
     }
@@ -541,17 +551,26 @@ impl Holder {
                 let handed = Arc::new(Lease::new(token, sent_at, to_lease_ms));
                 // Recorded before the waiter runs, so this owner's next lock() already knows
                 // the lock is taken.
-                let waiters = &self.inner().local_waiters;
-                waiters.granted(self.ops.name(), &to, &handed);
-                if let Some(holds) = offer.granted(handed.clone()) {
-                    // The waiter gave up meanwhile: nobody will use or release its hold.
-                    waiters.releasing(self.name(), &handed);
-                    let holder = self.clone();
-                    self.inner().runtime.spawn(async move {
-                        take_back(&holder, &to).await;
-                        drop(holds);
-                    });
-                }
+                self.inner()
+                    .local_waiters
+                    .granted(self.ops.name(), &to, &handed);
+                let (holder, lease) = (self.clone(), handed.clone());
+                offer.granted(
+                    handed,
+                    Box::new(move |holds| {
+                        // The waiter gave up after the handover ran: nobody would use or
+                        // release its hold.
+                        holder
+                            .inner()
+                            .local_waiters
+                            .releasing(holder.name(), &lease);
+                        let runtime = holder.inner().runtime.clone();
+                        runtime.spawn(async move {
+                            take_back(&holder, &to).await;
+                            drop(holds);
+                        });
+                    }),
+                );
                 Ok(Released::Freed)
             }
             HandedOver::Released(released) => {

@@ -5,17 +5,14 @@
 //! lock while they sleep.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedMutexGuard, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::client::ClientInner;
 use crate::error::Result;
-use crate::lease::Lease;
-use crate::lock::handover::{Handed, Registration, Turn};
-use crate::lock::holder::Holds;
+use crate::lock::handover::{Handed, HandedHold, Registration, Turn};
 
 /// What one acquire attempt answered.
 #[derive(Debug)]
@@ -49,7 +46,7 @@ where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
     R: FnOnce() -> Option<Registration>,
-    H: FnMut(OwnedMutexGuard<Holds>, Arc<Lease>) -> T,
+    H: FnMut(HandedHold) -> T,
 {
     let started = Instant::now();
     if let Attempt::Granted(granted) = attempt(false).await? {
@@ -76,13 +73,19 @@ where
         if let (Some(local), Some(rx)) = (&local, offer.take())
             && let Turn::Offered(rx) = local.wake(rx)
         {
-            // A release picked this waiter: it has the lock or is told at once that it has not.
-            let outcome = rx.await;
+            // A release picked this waiter: it is told the outcome with the release's reply,
+            // within the wait budget. Giving up here leaves a hold handed meanwhile to be given
+            // back (see `HandedHold`).
+            let outcome = match deadline {
+                Some(d) => tokio::time::timeout_at(d, rx).await.ok(),
+                None => Some(rx.await),
+            };
             local.settled();
-            if let Ok(Handed::Granted { holds, lease }) = outcome {
-                return Ok(Some(handed(holds, lease)));
+            match outcome {
+                None => return Ok(None),
+                Some(Ok(Handed::Granted(hold))) => return Ok(Some(handed(hold))),
+                Some(_) => ask_server = true,
             }
-            ask_server = true;
         }
         let answer = attempt(std::mem::take(&mut ask_server)).await?;
         subscription.used();
@@ -105,7 +108,8 @@ where
         offer = local.as_ref().map(Registration::nap);
         tokio::select! {
             () = subscription.woken() => ask_server = true,
-            () = tokio::time::sleep(nap) => {}
+            // Only the attempt right after a busy answer may trust the client's own view.
+            () = tokio::time::sleep(nap) => ask_server = true,
             outcome = async {
                 match offer.as_mut() {
                     Some(rx) => rx.await,
@@ -117,8 +121,8 @@ where
                 if let Some(local) = &local {
                     local.settled();
                 }
-                if let Ok(Handed::Granted { holds, lease }) = outcome {
-                    return Ok(Some(handed(holds, lease)));
+                if let Ok(Handed::Granted(hold)) = outcome {
+                    return Ok(Some(handed(hold)));
                 }
                 ask_server = true;
             }
