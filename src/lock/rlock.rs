@@ -102,7 +102,8 @@ impl RLock {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future at any point leaves no hold behind. A grant that was on
-    /// its way when the future was dropped is given back by a background repair.
+    /// its way when the future was dropped, or a lock another owner of this client was handing
+    /// over to it, is given back by a background repair.
     ///
     /// # Examples
     ///
