@@ -66,13 +66,21 @@ fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
+/// A library's workload-2 result on one runtime flavor.
+fn contention_of(r: &LibResult, current_thread: bool) -> &Outcome<Contention> {
+    if current_thread { &r.cont_ct } else { &r.cont }
+}
+
 struct LibResult {
     name: &'static str,
     kind: Kind,
     config: String,
     seq: Outcome<Sequential>,
     seq_mt: Outcome<Sequential>,
+    /// On the shared 2-worker runtime.
     cont: Outcome<Contention>,
+    /// On its own current-thread runtime.
+    cont_ct: Outcome<Contention>,
     hand: Outcome<Handoff>,
     /// A and B on two clients (two connections of the library).
     hand2: Outcome<Handoff>,
@@ -136,6 +144,7 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
         },
         seq_mt: Outcome::Na("not run".into()),
         cont: Outcome::Na("not run".into()),
+        cont_ct: Outcome::Na("not run".into()),
         hand: Outcome::Na("not run".into()),
         hand2: Outcome::Na("not run".into()),
         many: Outcome::Na("not run".into()),
@@ -147,6 +156,7 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
             let f = format!("connect: {err:#}");
             r.seq_mt = Outcome::Failed(f.clone());
             r.cont = Outcome::Failed(f.clone());
+            r.cont_ct = Outcome::Failed(f.clone());
             r.hand = Outcome::Failed(f.clone());
             r.hand2 = Outcome::Failed(f.clone());
             r.many = Outcome::Failed(f);
@@ -161,10 +171,11 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
     let _ = ctx.flush().await;
     if let Some(reason) = L::NO_WAIT {
         r.cont = Outcome::Na(reason.into());
+        r.cont_ct = Outcome::Na(reason.into());
         r.hand = Outcome::Na(reason.into());
         r.hand2 = Outcome::Na(reason.into());
     } else {
-        r.cont = match cont.remove(L::NAME) {
+        let mut take = |current_thread| match cont.remove(&(L::NAME, current_thread)) {
             Some(Ok(runs)) => match aggregate_contention(runs) {
                 Some(c) => Outcome::Ok(c),
                 None => Outcome::Na("not run".into()),
@@ -172,6 +183,8 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
             Some(Err(err)) => Outcome::Failed(err),
             None => Outcome::Na("not run".into()),
         };
+        r.cont_ct = take(true);
+        r.cont = take(false);
         if workload("hand") {
             r.hand = Outcome::from(timed(Duration::from_secs(60), handoff(lib.clone(), lib.clone())).await);
             let _ = ctx.flush().await;
@@ -266,14 +279,18 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
     out
 }
 
-type ContResults = std::collections::HashMap<&'static str, std::result::Result<Vec<Contention>, String>>;
+/// Keyed by library name and runtime flavor (true: its own current-thread runtime).
+type ContResults = std::collections::HashMap<(&'static str, bool), std::result::Result<Vec<Contention>, String>>;
 
 type ContRunner = fn(String, redis::aio::MultiplexedConnection) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>;
 
 struct ContEntry {
     name: &'static str,
     keyspace: bool,
+    /// On the shared 2-worker runtime.
     run: ContRunner,
+    /// On a fresh current-thread runtime of its own.
+    run_ct: fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>,
 }
 
 fn cont_entry<L: Lib>() -> ContEntry {
@@ -286,13 +303,15 @@ fn cont_entry<L: Lib>() -> ContEntry {
                 contention(lib, admin).await
             })
         },
+        run_ct: |url| Box::pin(contention_current_thread::<L>(url)),
     }
 }
 
-/// Workload 2: CONT_ROUNDS runs per library, interleaved across the libraries (as workload 1),
-/// each with a freshly connected library on the shared 2-worker runtime. One run takes well
-/// under a second for most libraries, short enough for a slow phase of the machine to decide
-/// a lone run.
+/// Workload 2: CONT_ROUNDS runs per library and runtime flavor, interleaved across the libraries
+/// (as workload 1), each with a freshly connected library: once on its own current-thread
+/// runtime (as workload 1), once on the shared 2-worker runtime. One run takes well under a
+/// second for most libraries, short enough for a slow phase of the machine to decide a lone
+/// run.
 async fn contention_phase(ctx: &mut Ctx) -> ContResults {
     let entries: Vec<ContEntry> = vec![
         cont_entry::<Ferrisson>(),
@@ -312,19 +331,26 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
     for round in 0..CONT_ROUNDS {
         eprintln!("contention round {}/{CONT_ROUNDS}", round + 1);
         for e in entries.iter().filter(|e| selected(e.name)) {
-            let slot = out.entry(e.name).or_insert_with(|| Ok(Vec::new()));
-            let Ok(runs) = slot else { continue };
-            if e.keyspace {
-                let _ = ctx.config_set("notify-keyspace-events", "KA").await;
-            }
-            let _ = ctx.flush().await;
-            let r = timed(CONT_CAP + Duration::from_secs(45), (e.run)(ctx.server.url(), ctx.admin.clone())).await;
-            if e.keyspace {
-                let _ = ctx.config_set("notify-keyspace-events", "").await;
-            }
-            match r {
-                Ok(run) => runs.push(run),
-                Err(err) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
+            for current_thread in [true, false] {
+                let slot = out.entry((e.name, current_thread)).or_insert_with(|| Ok(Vec::new()));
+                let Ok(runs) = slot else { continue };
+                if e.keyspace {
+                    let _ = ctx.config_set("notify-keyspace-events", "KA").await;
+                }
+                let _ = ctx.flush().await;
+                let run = if current_thread {
+                    (e.run_ct)(ctx.server.url())
+                } else {
+                    (e.run)(ctx.server.url(), ctx.admin.clone())
+                };
+                let r = timed(CONT_CAP + Duration::from_secs(45), run).await;
+                if e.keyspace {
+                    let _ = ctx.config_set("notify-keyspace-events", "").await;
+                }
+                match r {
+                    Ok(run) => runs.push(run),
+                    Err(err) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
+                }
             }
         }
     }
@@ -487,7 +513,7 @@ async fn async_main() -> Result<()> {
     drop(ctx);
     let violated: Vec<&str> = results
         .iter()
-        .filter(|r| r.seq.violated() || r.cont.violated() || r.hand.violated() || r.hand2.violated() || r.many.violated())
+        .filter(|r| r.seq.violated() || r.cont.violated() || r.cont_ct.violated() || r.hand.violated() || r.hand2.violated() || r.many.violated())
         .map(|r| r.name)
         .collect();
     if !violated.is_empty() {
@@ -619,7 +645,6 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     }
 
     // 2. Contention
-    let fer_cont = fer.and_then(|r| r.cont.ok()).map(|s| s.ops_per_s);
     let mean = CONT_TOTAL as f64 / CONT_TASKS as f64;
     let _ = writeln!(
         t,
@@ -627,16 +652,24 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     );
     let _ = writeln!(
         t,
-        "{CONT_ROUNDS} runs per library, interleaved across the libraries, each with a freshly connected library on the \
-         shared 2-worker runtime. acquisitions/s is the median run (range: slowest..fastest run); latencies and the \
-         per-acquisition costs are that median run's; per task min..max is over every run. Per acquisition, over \
-         the whole run (failed attempts, polls and wake-ups included): requests Redis read, script calls, and CPU µs \
-         of this process and of redis-server.\n"
+        "{CONT_ROUNDS} runs per library and runtime, interleaved across the libraries, each with a freshly connected \
+         library: on its own current-thread runtime (one OS thread, as workload 1), and on the shared 2-worker \
+         runtime. acquisitions/s is the median run (range: slowest..fastest run); latencies and the per-acquisition \
+         costs are that median run's; per task min..max is over every run. Per acquisition, over the whole run \
+         (failed attempts, polls and wake-ups included): requests Redis read, script calls, and CPU µs of this \
+         process and of redis-server.\n"
     );
+    for (title, current_thread) in [
+        ("Own current-thread runtime (one OS thread)", true),
+        ("Shared 2-worker runtime", false),
+    ] {
+    let fer_cont = fer.and_then(|r| contention_of(r, current_thread).ok()).map(|s| s.ops_per_s);
+    let _ = writeln!(t, "{title}:\n");
     let _ = writeln!(t, "| library | acquisitions/s | range | acquire p50 ms | acquire p99 ms | per task min..max | requests/acq | scripts/acq | client µs/acq | redis µs/acq | vs ferrisson |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
-        match (&r.cont, r.cont.cell()) {
+        let cont = contention_of(r, current_thread);
+        match (cont, cont.cell()) {
             (Outcome::Ok(s), _) => {
                 let capped = if s.capped {
                     format!(" (stopped at {} s: {} acquisitions)", CONT_CAP.as_secs(), s.acquisitions)
@@ -666,6 +699,8 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
             }
             _ => {}
         }
+    }
+    let _ = writeln!(t);
     }
 
     // 3. Handoff
@@ -839,38 +874,40 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     } else {
         line("sequential".into(), "ferrisson did not run".into(), None);
     }
-    // 2
-    if let Some(c) = fer.and_then(|r| r.cont.ok()) {
-        let bp = best(&|r| r.cont.ok().map(|s| s.ops_per_s));
+    // 2: on both runtimes
+    for (variant, current_thread) in [("own current-thread runtime", true), ("shared 2-worker runtime", false)] {
+    if let Some(c) = fer.and_then(|r| contention_of(r, current_thread).ok()) {
+        let bp = best(&|r| contention_of(r, current_thread).ok().map(|s| s.ops_per_s));
         let even = |s: &Contention| {
             let m = s.per_task.iter().sum::<usize>() as f64 / s.per_task.len() as f64;
             let mx = *s.per_task.iter().max().unwrap_or(&0) as f64;
             let mn = *s.per_task.iter().min().unwrap_or(&0) as f64;
             mx <= 2.0 * m && mn >= m / 2.0
         };
-        let fair = best(&|r| r.cont.ok().filter(|s| even(s)).map(|s| s.ops_per_s));
+        let fair = best(&|r| contention_of(r, current_thread).ok().filter(|s| even(s)).map(|s| s.ops_per_s));
         let fair_note = match fair {
             Some((v, n)) => format!("; best peer within 2× of even: {} ({n}) = {}", f0(v), ratio(c.ops_per_s, Some(v))),
             None => "; no peer within 2× of even".into(),
         };
         match bp {
             Some((v, n)) => line(
-                "contended ops/s ≥ 1.2× best peer".into(),
+                format!("contended ops/s ≥ 1.2× best peer ({variant})"),
                 format!("{} vs {} ({n}) = {}{fair_note}", f0(c.ops_per_s), f0(v), ratio(c.ops_per_s, Some(v))),
                 Some(c.ops_per_s >= 1.2 * v),
             ),
-            None => line("contended ops/s ≥ 1.2× best peer".into(), "no peer result".into(), None),
+            None => line(format!("contended ops/s ≥ 1.2× best peer ({variant})"), "no peer result".into(), None),
         }
         let n = c.per_task.len() as f64;
         let m = c.per_task.iter().sum::<usize>() as f64 / n;
         let (mn, mx) = (*c.per_task.iter().min().unwrap() as f64, *c.per_task.iter().max().unwrap() as f64);
         line(
-            "contended acquisitions per task: max ≤ 2×mean, min ≥ mean/2".into(),
+            format!("contended acquisitions per task: max ≤ 2×mean, min ≥ mean/2 ({variant})"),
             format!("min {mn:.0}, max {mx:.0}, mean {m:.0} (per task {:?})", c.per_task),
             Some(mx <= 2.0 * m && mn >= m / 2.0),
         );
     } else {
-        line("contention".into(), "ferrisson result missing".into(), None);
+        line(format!("contention ({variant})"), "ferrisson result missing".into(), None);
+    }
     }
     // 3: both variants must meet the targets
     for (variant, hand) in [("one client", fer.map(|r| &r.hand)), ("two clients", fer.map(|r| &r.hand2))] {
@@ -992,7 +1029,13 @@ fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> St
          ferrisson's release hands the lock to the client's longest-waiting local waiter in the release's own \
          script call when no other client waits on the lock's channel (one script per acquisition, FIFO), and \
          an owner asking while another owner of the same client holds the lock lines up without a round \
-         trip. With waiters in other clients it frees the lock and publishes, as Redisson does.\n\
+         trip. With waiters in other clients it frees the lock and publishes, as Redisson does. One request per \
+         acquisition is the floor for a lock whose every grant takes a fencing token from Redis, so ferrisson's \
+         rate is set by the round trip: see the EVALSHA -c 1 limit. The two runtimes differ: on one thread, every \
+         library pays the same thread wake-ups; on the 2-worker runtime, libraries that keep the second worker \
+         busy (a renewal task per lock, polling tasks, the releasing task re-acquiring while the others' requests \
+         are in flight) get cheaper wake-ups per round trip than ferrisson's strictly one-at-a-time chain, \
+         which on this machine is worth as much as their extra round trips.\n\
          - **Handoff.** Both sides run in this process on two worker threads next to Redis, so A's release \
          reply and B's wake-up compete for the same CPUs; the time from A's release returning is the gap as \
          A and B see it, the time from the release call starting adds A's round trip as delayed by that \

@@ -309,6 +309,31 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
     })
 }
 
+/// Workload 2 on a fresh OS thread with its own current-thread runtime, as workload 1: the eight
+/// tasks, the library's connection tasks and the loop share one thread. (A synchronous library's
+/// tasks still run on blocking threads.)
+pub async fn contention_current_thread<L: Lib>(url: String) -> Result<Contention> {
+    let h = std::thread::spawn(move || -> Result<Contention> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async move {
+            let lib = Arc::new(L::connect(&url).await?);
+            let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+            contention(lib, admin).await
+        })
+    });
+    tokio::task::spawn_blocking(move || {
+        h.join().unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(anyhow!("PANIC: {msg}"))
+        })
+    })
+    .await?
+}
+
 /// Several contention runs of one library as one result: the median run (by rate) for the rate,
 /// latencies and costs; every run's per-task counts, so the spread check sees the worst run.
 pub fn aggregate_contention(mut runs: Vec<Contention>) -> Option<Contention> {
