@@ -406,3 +406,49 @@ async fn a_waiter_picked_for_a_slow_handover_keeps_to_its_wait_budget() {
         "the hold handed to the waiter that gave up was taken back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_acquisitions_inside_one_client_cost_one_script_each() {
+    const OWNERS: usize = 6;
+    const ROUNDS: usize = 50;
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // Warm the hub's connection (its first connection wakes every waiter to ask Redis).
+    let warm = client.get_lock("busy").lock().await.unwrap();
+    assert!(
+        client
+            .get_lock("busy")
+            .try_lock_for(Duration::from_millis(20), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let start = Arc::new(tokio::sync::Barrier::new(OWNERS + 1));
+    let mut tasks = Vec::new();
+    for _ in 0..OWNERS {
+        let lock = client.get_lock("busy");
+        let start = start.clone();
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            for _ in 0..ROUNDS {
+                lock.lock().await.unwrap().unlock().await.unwrap();
+            }
+        }));
+    }
+    server.reset_stats().await;
+    start.wait().await;
+    tokio::time::sleep(SETTLE).await;
+    warm.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let acquisitions = (OWNERS * ROUNDS) as f64;
+    let scripts = server.calls("evalsha").await as f64;
+    assert!(
+        scripts <= acquisitions * 1.1,
+        "{scripts} scripts for {acquisitions} acquisitions"
+    );
+}
