@@ -14,6 +14,15 @@ use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
 /// Lets a spawned lock() call reach its nap (first attempt, subscription, second attempt).
 const SETTLE: Duration = Duration::from_millis(150);
 
+/// Whether `key` is gone within 3 s (a hold given back in the background).
+async fn freed(server: &RedisServer, key: &str) -> bool {
+    eventually(Duration::from_secs(3), || async {
+        let mut raw = server.raw().await;
+        !raw.exists::<_, bool>(key).await.unwrap()
+    })
+    .await
+}
+
 async fn fields(server: &RedisServer, key: &str) -> Vec<(String, String)> {
     let mut raw = server.raw().await;
     let mut all: Vec<(String, String)> = raw.hgetall(key).await.unwrap();
@@ -302,11 +311,7 @@ async fn a_waiter_that_gives_up_while_being_handed_the_lock_leaves_it_free() {
         .expect("the release itself succeeded");
     proxy.set(Mode::Pass);
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            let mut raw = server.raw().await;
-            !raw.exists::<_, bool>("abandoned").await.unwrap()
-        })
-        .await,
+        freed(&server, "abandoned").await,
         "the hold handed to the departed waiter was taken back"
     );
     let guard = client
@@ -398,11 +403,7 @@ async fn a_waiter_picked_for_a_slow_handover_keeps_to_its_wait_budget() {
         .expect("the release itself succeeded");
     proxy.set(Mode::Pass);
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            let mut raw = server.raw().await;
-            !raw.exists::<_, bool>("slow-handover").await.unwrap()
-        })
-        .await,
+        freed(&server, "slow-handover").await,
         "the hold handed to the waiter that gave up was taken back"
     );
 }

@@ -359,8 +359,15 @@ mod tests {
         (flag, Box::new(move |_| set.store(true, Ordering::SeqCst)))
     }
 
-    fn lease() -> Arc<Lease> {
-        Arc::new(Lease::new(7, Instant::now(), 30_000))
+    /// A napping waiter, picked by a release that then hands it a hold.
+    fn handed(
+        waiters: &Arc<LocalWaiters>,
+    ) -> (Registration, oneshot::Receiver<Handed>, Arc<AtomicBool>) {
+        let (registration, rx) = waiting(waiters);
+        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
+        let (undone, undo) = undo_flag();
+        offer.granted(Arc::new(Lease::new(7, Instant::now(), 30_000)), undo);
+        (registration, rx, undone)
     }
 
     #[tokio::test]
@@ -372,36 +379,27 @@ mod tests {
         let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
         drop(rx);
         let (undone, undo) = undo_flag();
-        offer.granted(lease(), undo);
+        offer.granted(Arc::new(Lease::new(7, Instant::now(), 30_000)), undo);
         assert!(undone.load(Ordering::SeqCst));
         drop(registration);
 
         // Gone after it was sent, before reading it.
-        let (registration, rx) = waiting(&waiters);
-        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
-        let (undone, undo) = undo_flag();
-        offer.granted(lease(), undo);
+        let (registration, rx, undone) = handed(&waiters);
         assert!(!undone.load(Ordering::SeqCst));
         drop(rx);
         assert!(undone.load(Ordering::SeqCst));
         drop(registration);
 
         // Read but not accepted.
-        let (registration, mut rx) = waiting(&waiters);
-        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
-        let (undone, undo) = undo_flag();
-        offer.granted(lease(), undo);
-        let handed = rx.try_recv().unwrap();
+        let (registration, mut rx, undone) = handed(&waiters);
+        let hold = rx.try_recv().unwrap();
         assert!(!undone.load(Ordering::SeqCst));
-        drop(handed);
+        drop(hold);
         assert!(undone.load(Ordering::SeqCst));
         drop(registration);
 
         // Accepted: the waiter owns it now.
-        let (registration, mut rx) = waiting(&waiters);
-        let offer = waiters.offer("lock", "client:1").expect("a napping waiter");
-        let (undone, undo) = undo_flag();
-        offer.granted(lease(), undo);
+        let (registration, mut rx, undone) = handed(&waiters);
         let Ok(Handed::Granted(hold)) = rx.try_recv() else {
             panic!("granted");
         };

@@ -105,9 +105,31 @@ impl Ctx {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut self.admin).await?;
         Ok(())
     }
+    /// One run of one library on a flushed server, with keyspace events on when it needs them.
+    async fn run_one<T>(&mut self, keyspace: bool, limit: Duration, run: impl Future<Output = Result<T>>) -> Result<T> {
+        if keyspace {
+            let _ = self.config_set("notify-keyspace-events", "KA").await;
+        }
+        let _ = self.flush().await;
+        let r = timed(limit, run).await;
+        if keyspace {
+            let _ = self.config_set("notify-keyspace-events", "").await;
+        }
+        r
+    }
+
     async fn config_set(&mut self, k: &str, v: &str) -> Result<()> {
         let _: () = redis::cmd("CONFIG").arg("SET").arg(k).arg(v).query_async(&mut self.admin).await?;
         Ok(())
+    }
+}
+
+/// Adds one run's result to a library's runs; its first error replaces them (and stops it).
+fn record<T>(slot: &mut std::result::Result<Vec<T>, String>, run: Result<T>) {
+    match (slot.as_mut(), run) {
+        (Ok(runs), Ok(run)) => runs.push(run),
+        (Ok(_), Err(err)) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
+        (Err(_), _) => {}
     }
 }
 
@@ -260,19 +282,11 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
         eprintln!("sequential round {}/{SEQ_ROUNDS}", round + 1);
         for e in entries.iter().filter(|e| selected(e.name)) {
             let slot = out.entry(e.name).or_insert_with(|| Ok(Vec::new()));
-            let Ok(runs) = slot else { continue };
-            if e.keyspace {
-                let _ = ctx.config_set("notify-keyspace-events", "KA").await;
+            if slot.is_err() {
+                continue;
             }
-            let _ = ctx.flush().await;
-            let r = timed(SEQ_CAP + Duration::from_secs(30), (e.run)(url.clone(), cycles)).await;
-            if e.keyspace {
-                let _ = ctx.config_set("notify-keyspace-events", "").await;
-            }
-            match r {
-                Ok(run) => runs.push(run),
-                Err(err) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
-            }
+            let r = ctx.run_one(e.keyspace, SEQ_CAP + Duration::from_secs(30), (e.run)(url.clone(), cycles)).await;
+            record(slot, r);
         }
     }
     let _ = ctx.flush().await;
@@ -333,24 +347,16 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
         for e in entries.iter().filter(|e| selected(e.name)) {
             for current_thread in [true, false] {
                 let slot = out.entry((e.name, current_thread)).or_insert_with(|| Ok(Vec::new()));
-                let Ok(runs) = slot else { continue };
-                if e.keyspace {
-                    let _ = ctx.config_set("notify-keyspace-events", "KA").await;
+                if slot.is_err() {
+                    continue;
                 }
-                let _ = ctx.flush().await;
                 let run = if current_thread {
                     (e.run_ct)(ctx.server.url())
                 } else {
                     (e.run)(ctx.server.url(), ctx.admin.clone())
                 };
-                let r = timed(CONT_CAP + Duration::from_secs(45), run).await;
-                if e.keyspace {
-                    let _ = ctx.config_set("notify-keyspace-events", "").await;
-                }
-                match r {
-                    Ok(run) => runs.push(run),
-                    Err(err) => *slot = Err(format!("{err:#}").replace('\n', " ").replace('|', "/")),
-                }
+                let r = ctx.run_one(e.keyspace, CONT_CAP + Duration::from_secs(45), run).await;
+                record(slot, r);
             }
         }
     }

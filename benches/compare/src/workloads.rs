@@ -145,13 +145,24 @@ pub async fn sequential<L: Lib>(lib: Arc<L>, admin: redis::aio::MultiplexedConne
 /// On a fresh OS thread with its own current-thread runtime: the library connects there, so its
 /// connection tasks and the loop share one thread and no cycle waits for another thread's wake-up.
 pub async fn sequential_current_thread<L: Lib>(url: String, cycles: usize) -> Result<SeqRun> {
-    let h = std::thread::spawn(move || -> Result<SeqRun> {
+    on_own_thread(move || async move {
+        let lib = Arc::new(L::connect(&url).await?);
+        let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        sequential_run(lib, admin, cycles).await
+    })
+    .await
+}
+
+/// Runs `work` on a fresh OS thread with its own current-thread runtime; a panic there is an error.
+async fn on_own_thread<T, F, Fut>(work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T>>,
+{
+    let h = std::thread::spawn(move || -> Result<T> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(async move {
-            let lib = Arc::new(L::connect(&url).await?);
-            let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
-            sequential_run(lib, admin, cycles).await
-        })
+        rt.block_on(work())
     });
     tokio::task::spawn_blocking(move || {
         h.join().unwrap_or_else(|p| {
@@ -313,25 +324,12 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
 /// tasks, the library's connection tasks and the loop share one thread. (A synchronous library's
 /// tasks still run on blocking threads.)
 pub async fn contention_current_thread<L: Lib>(url: String) -> Result<Contention> {
-    let h = std::thread::spawn(move || -> Result<Contention> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(async move {
-            let lib = Arc::new(L::connect(&url).await?);
-            let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
-            contention(lib, admin).await
-        })
-    });
-    tokio::task::spawn_blocking(move || {
-        h.join().unwrap_or_else(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into());
-            Err(anyhow!("PANIC: {msg}"))
-        })
+    on_own_thread(move || async move {
+        let lib = Arc::new(L::connect(&url).await?);
+        let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        contention(lib, admin).await
     })
-    .await?
+    .await
 }
 
 /// Several contention runs of one library as one result: the median run (by rate) for the rate,
