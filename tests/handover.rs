@@ -14,6 +14,19 @@ use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
 /// Lets a spawned lock() call reach its nap (first attempt, subscription, second attempt).
 const SETTLE: Duration = Duration::from_millis(150);
 
+/// A task waiting in `lock()` on `lock`, given time to reach its nap; it yields the handle and
+/// the guard.
+async fn napping_waiter(
+    lock: ferrisson::RLock,
+) -> tokio::task::JoinHandle<(ferrisson::RLock, ferrisson::LockGuard)> {
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (lock, guard)
+    });
+    tokio::time::sleep(SETTLE).await;
+    waiter
+}
+
 /// Whether `key` is gone within 3 s (a hold given back in the background).
 async fn freed(server: &RedisServer, key: &str) -> bool {
     eventually(Duration::from_secs(3), || async {
@@ -38,11 +51,7 @@ async fn a_release_hands_the_lock_to_a_local_waiter_in_its_own_round_trip() {
     let b = client.get_lock("handed");
     let held = a.lock().await.unwrap();
     let first_token = held.fencing_token();
-    let waiter = tokio::spawn(async move {
-        let guard = b.lock().await.unwrap();
-        (b, guard)
-    });
-    tokio::time::sleep(SETTLE).await;
+    let waiter = napping_waiter(b).await;
     assert!(!waiter.is_finished());
     server.reset_stats().await;
 
@@ -180,9 +189,7 @@ async fn a_java_style_subscriber_blocks_handover_too() {
         .unwrap();
 
     let held = client.get_lock("foreign").lock().await.unwrap();
-    let lock = client.get_lock("foreign");
-    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
-    tokio::time::sleep(SETTLE).await;
+    let waiter = napping_waiter(client.get_lock("foreign")).await;
     held.unlock().await.unwrap();
     let mut messages = pubsub.on_message();
     let message = tokio::time::timeout(
@@ -193,7 +200,7 @@ async fn a_java_style_subscriber_blocks_handover_too() {
     .expect("the unlock is published")
     .unwrap();
     assert_eq!(message.get_payload::<String>().unwrap(), "0");
-    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+    let (_, guard) = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
         .expect("the local waiter still gets the lock")
         .unwrap();
@@ -260,12 +267,10 @@ async fn a_forced_unlock_wakes_a_local_waiter_despite_the_live_local_holder() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let held = client.get_lock("forced").lock().await.unwrap();
-    let lock = client.get_lock("forced");
-    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
-    tokio::time::sleep(SETTLE).await;
+    let waiter = napping_waiter(client.get_lock("forced")).await;
     let started = Instant::now();
     assert!(client.get_lock("forced").force_unlock().await.unwrap());
-    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+    let (_, guard) = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
         .expect("the unlock message makes the waiter ask Redis")
         .unwrap();
@@ -291,9 +296,7 @@ async fn a_waiter_that_gives_up_while_being_handed_the_lock_leaves_it_free() {
     let server = RedisServer::start();
     let (proxy, client) = proxied(&server).await;
     let held = client.get_lock("abandoned").lock().await.unwrap();
-    let lock = client.get_lock("abandoned");
-    let waiter = tokio::spawn(async move { lock.lock().await.unwrap() });
-    tokio::time::sleep(SETTLE).await;
+    let waiter = napping_waiter(client.get_lock("abandoned")).await;
     proxy.set(Mode::Delay(Duration::from_millis(400)));
     let release = tokio::spawn(async move { held.unlock().await });
     // The handover has run on the server; the waiter gives up before the reply comes back.
@@ -328,12 +331,7 @@ async fn a_cancelled_handover_release_does_not_strand_the_waiter() {
     let server = RedisServer::start();
     let (proxy, client) = proxied(&server).await;
     let held = client.get_lock("cut").lock().await.unwrap();
-    let lock = client.get_lock("cut");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        (lock, guard)
-    });
-    tokio::time::sleep(SETTLE).await;
+    let waiter = napping_waiter(client.get_lock("cut")).await;
     proxy.set(Mode::Delay(Duration::from_millis(400)));
     // The caller stops waiting for the release mid-flight.
     assert!(
