@@ -208,7 +208,7 @@ async fn a_java_style_subscriber_blocks_handover_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asking_while_another_owner_of_the_client_holds_is_answered_locally() {
+async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_locally() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let held = client.get_lock("known").lock().await.unwrap();
@@ -223,8 +223,6 @@ async fn asking_while_another_owner_of_the_client_holds_is_answered_locally() {
             .is_none()
     );
     server.reset_stats().await;
-    assert!(other.try_lock().await.unwrap().is_none());
-    assert_eq!(server.calls("evalsha").await, 0, "try_lock asked nobody");
     assert!(
         other
             .try_lock_for(Duration::from_millis(30), None)
@@ -237,6 +235,9 @@ async fn asking_while_another_owner_of_the_client_holds_is_answered_locally() {
         1,
         "a bounded wait asks Redis once, when its nap ends, not on its first two attempts"
     );
+    // Not waiting, it asks Redis: only Redis knows of a lock freed behind the holder's back.
+    assert!(other.try_lock().await.unwrap().is_none());
+    assert_eq!(server.calls("evalsha").await, 2);
     held.unlock().await.unwrap();
     let guard = other.try_lock().await.unwrap().expect("free once released");
     guard.unlock().await.unwrap();
@@ -450,4 +451,27 @@ async fn contended_acquisitions_inside_one_client_cost_one_script_each() {
         scripts <= acquisitions * 1.1,
         "{scripts} scripts for {acquisitions} acquisitions"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_sees_a_lock_another_client_forced_open_while_held_here() {
+    let server = RedisServer::start();
+    let here = client(&server).await;
+    let elsewhere = client(&server).await;
+    let held = here.get_lock("forced-elsewhere").lock().await.unwrap();
+    assert!(
+        elsewhere
+            .get_lock("forced-elsewhere")
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let guard = here
+        .get_lock("forced-elsewhere")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("Redis says it is free, whatever this client believes");
+    guard.unlock().await.unwrap();
+    assert!(held.unlock().await.is_err());
 }

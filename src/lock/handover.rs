@@ -228,8 +228,8 @@ impl LocalWaiters {
             return Some(Offer {
                 owner: slot.owner.clone(),
                 lease_ms: slot.lease_ms,
-                holds: Some(holds),
-                reply: Some(reply),
+                holds,
+                reply,
             });
         }
         None
@@ -300,39 +300,36 @@ impl Drop for Registration {
 pub(crate) struct Offer {
     pub(crate) owner: Arc<str>,
     pub(crate) lease_ms: u64,
-    holds: Option<OwnedMutexGuard<Holds>>,
-    reply: Option<oneshot::Sender<Handed>>,
+    holds: OwnedMutexGuard<Holds>,
+    reply: oneshot::Sender<Handed>,
 }
 
 impl Offer {
     /// The handover ran: the waiter holds the lock under `lease`. If the waiter is gone, or
     /// goes before it takes the hold, `undo` gives the hold back.
-    pub(crate) fn granted(mut self, lease: Arc<Lease>, undo: Undo) {
+    pub(crate) fn granted(self, lease: Arc<Lease>, undo: Undo) {
         let hold = HandedHold {
-            holds: self.holds.take(),
+            holds: Some(self.holds),
             lease,
             undo: Some(undo),
         };
-        if let Some(reply) = self.reply.take() {
-            // A failed send drops the hold, which undoes it.
-            let _ = reply.send(Handed::Granted(hold));
-        }
+        // A failed send drops the hold, which undoes it.
+        let _ = self.reply.send(Handed::Granted(hold));
     }
 
     /// The handover did not run: the waiter tries on its own at once.
-    pub(crate) fn declined(mut self) {
-        self.holds = None;
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(Handed::Declined);
-        }
+    pub(crate) fn declined(self) {
+        drop(self.holds);
+        let _ = self.reply.send(Handed::Declined);
     }
 
-    /// The handover's outcome is unknown. Returns the waiter's hold count guard, to be kept
-    /// while its possible hold is taken back; the waiter learns nothing until the guard and
-    /// this offer's sender are dropped, and then tries on its own.
-    pub(crate) fn abandon(mut self) -> Option<(Arc<str>, OwnedMutexGuard<Holds>)> {
-        self.reply = None;
-        self.holds.take().map(|h| (self.owner.clone(), h))
+    /// The handover's outcome is unknown. Returns the waiter's owner and hold count guard, to
+    /// be kept while its possible hold is taken back. The waiter is told at once that it was
+    /// not handed the lock; its own next attempt waits for that guard, so it runs after the
+    /// take-back.
+    pub(crate) fn abandon(self) -> (Arc<str>, OwnedMutexGuard<Holds>) {
+        drop(self.reply);
+        (self.owner, self.holds)
     }
 }
 

@@ -288,8 +288,11 @@ impl Holder {
         }
     }
 
-    /// One acquire attempt. Unless `ask_server`, a lock another owner of this client holds is
-    /// answered "busy" locally.
+    /// One acquire attempt. For a caller that waits, and unless `ask_server`, a lock another
+    /// owner of this client holds is answered "busy" locally: the caller lines up and the holder
+    /// hands the lock over or publishes. A caller that does not wait always asks Redis, which
+    /// also knows of a lock freed behind the holder's back (forced open by another client,
+    /// deleted).
     async fn attempt(
         self: &Arc<Self>,
         mode: LeaseMode,
@@ -298,6 +301,7 @@ impl Holder {
     ) -> Result<Attempt<LockGuard>> {
         let lease_ms = self.lease_ms(mode);
         if self.ops.hands_over()
+            && waiting
             && !ask_server
             && let Some(left) = self
                 .inner()
@@ -578,8 +582,10 @@ impl Holder {
                 Ok(released)
             }
             HandedOver::SeveralHolds => {
+                // The waiter is told after this release, so its attempt does not meet our hold.
+                let result = self.send_release_resending(lease, request_id, false).await;
                 pending.take().declined();
-                self.send_release_resending(lease, request_id, false).await
+                result
             }
         }
     }
@@ -623,7 +629,7 @@ impl PendingHandover {
 
 impl Drop for PendingHandover {
     fn drop(&mut self) {
-        let Some((to, holds)) = self.offer.take().and_then(Offer::abandon) else {
+        let Some((to, holds)) = self.offer.take().map(Offer::abandon) else {
             return;
         };
         let holder = self.holder.clone();

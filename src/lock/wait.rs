@@ -88,6 +88,8 @@ where
             }
         }
         let answer = attempt(std::mem::take(&mut ask_server)).await?;
+        // A local answer never follows a wake-up (wake-ups set `ask_server`), so a wake-up
+        // marked used here always had its attempt reach Redis.
         subscription.used();
         let ttl = match answer {
             Attempt::Granted(granted) => return Ok(Some(granted)),
