@@ -107,9 +107,9 @@ pub struct SeqRun {
 }
 
 pub const SEQ_WARMUP: usize = 200;
-pub const SEQ_CYCLES: usize = 5000;
+pub const SEQ_CYCLES: usize = 9000;
 /// The current-thread measurement is split in this many runs, interleaved across libraries.
-pub const SEQ_ROUNDS: usize = 5;
+pub const SEQ_ROUNDS: usize = 9;
 pub const SEQ_CAP: Duration = Duration::from_secs(10);
 
 pub fn aggregate(runs: &[SeqRun]) -> Sequential {
@@ -231,7 +231,7 @@ pub struct Contention {
 
 pub const CONT_TASKS: usize = 8;
 /// Contention runs per library, interleaved across the libraries.
-pub const CONT_ROUNDS: usize = 5;
+pub const CONT_ROUNDS: usize = 9;
 pub const CONT_TOTAL: i64 = 2000;
 pub const CONT_CAP: Duration = Duration::from_secs(15);
 
