@@ -4,7 +4,8 @@
 //! through an async mutex so that count and server always move together. When an acquire's
 //! outcome is unknown (timeout, dropped connection, cancelled caller) the holder repairs the
 //! server to the count it knows, still holding that mutex, so no other operation of the owner
-//! can slip in between.
+//! can slip in between. A release of the last hold may hand the lock to a waiter of the same
+//! client in the same script call (see [`handover`](crate::lock::handover)).
 
 use std::fmt;
 use std::sync::Arc;
@@ -503,19 +504,12 @@ impl Holder {
         &self,
         lease: &Lease,
         request_id: &str,
-        mut resend: bool,
+        resend: bool,
     ) -> Result<Released> {
-        let mut result = self.send_release(lease, request_id, resend).await;
-        for _ in 0..2 {
-            match &result {
-                Err(e) if e.connection_dropped() => {
-                    resend = true;
-                    result = self.send_release(lease, request_id, resend).await
-                }
-                _ => break,
-            }
-        }
-        result
+        with_resends(resend, |resend| {
+            self.send_release(lease, request_id, resend)
+        })
+        .await
     }
 
     /// Releases the owner's last hold by handing the lock to the waiter of `offer`, and tells
@@ -534,21 +528,11 @@ impl Holder {
             offer: Some(offer),
         };
         let sent_at = Instant::now();
-        let mut result = self
-            .ops
-            .release_to(self.inner(), &self.owner, &to, to_lease_ms, false)
-            .await;
-        for _ in 0..2 {
-            match &result {
-                Err(e) if e.connection_dropped() => {
-                    result = self
-                        .ops
-                        .release_to(self.inner(), &self.owner, &to, to_lease_ms, true)
-                        .await
-                }
-                _ => break,
-            }
-        }
+        let result = with_resends(false, |resend| {
+            self.ops
+                .release_to(self.inner(), &self.owner, &to, to_lease_ms, resend)
+        })
+        .await;
         match result? {
             HandedOver::Handed { token } => {
                 let offer = pending.take();
@@ -612,6 +596,23 @@ impl Holder {
             name: self.name().to_owned(),
         }
     }
+}
+
+/// Sends with `send(resend)`, and again (as a resend) up to twice when the connection dropped
+/// under a send, whose outcome is then unknown. Only idempotent requests go through here.
+async fn with_resends<T, F, Fut>(resend: bool, mut send: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut result = send(resend).await;
+    for _ in 0..2 {
+        match &result {
+            Err(e) if e.connection_dropped() => result = send(true).await,
+            _ => break,
+        }
+    }
+    result
 }
 
 /// A handover under way; dropped unsettled, it takes the waiter's possible hold back in the
