@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
 
 /// Lets a spawned lock() call reach its nap (first attempt, subscription, second attempt).
-const SETTLE: Duration = Duration::from_millis(150);
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// A task waiting in `lock()` on `lock`, given time to reach its nap; it yields the handle and
 /// the guard.
