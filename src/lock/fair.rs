@@ -3,16 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
-
-use crate::client::ClientInner;
-use crate::error::Result;
-use crate::lock::holder::{Acquired, Inspection, LockOps, Released};
-use crate::lock::plain::{
-    UNLOCK_MESSAGE, inspect_field, latch_ttl_ms, run_acquire, run_force_unlock, run_release,
-    run_repair,
-};
+use crate::lock::holder::{LockOps, ReleaseRequest};
+use crate::lock::plain::UNLOCK_MESSAGE;
 use crate::names;
 use crate::script::{
     FAIR_ACQUIRE, FAIR_LEAVE, FAIR_RELEASE, LOCK_FORCE_UNLOCK, LOCK_REPAIR, ScriptCall,
@@ -87,14 +79,8 @@ impl LockOps for FairOps {
         }
     }
 
-    fn acquire<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        waiting: bool,
-    ) -> BoxFuture<'a, Result<Acquired>> {
-        let call = ScriptCall::new(&FAIR_ACQUIRE)
+    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool) -> ScriptCall {
+        ScriptCall::new(&FAIR_ACQUIRE)
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.deadlines)
@@ -103,64 +89,39 @@ impl LockOps for FairOps {
             .arg(lease_ms)
             .arg(self.queue_timeout.as_millis() as u64)
             .arg(if waiting { "1" } else { "0" })
-            .arg(&self.channel_prefix);
-        run_acquire(client, call, &self.name).boxed()
+            .arg(&self.channel_prefix)
     }
 
-    fn release<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        request_id: &'a str,
-        resend: bool,
-    ) -> BoxFuture<'a, Result<Released>> {
-        let call = ScriptCall::new(&FAIR_RELEASE)
+    fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+        ScriptCall::new(&FAIR_RELEASE)
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.deadlines)
-            .key(names::unlock_latch_key(&self.name, request_id))
+            .key(names::unlock_latch_key(&self.name, request.id))
             .arg(owner)
             .arg(lease_ms)
-            .arg(latch_ttl_ms(client))
+            .arg(request.latch_ttl_ms)
             .arg(&self.channel_prefix)
-            .arg(if resend { "1" } else { "0" });
-        run_release(client, call, &self.name).boxed()
+            .arg(request.resend_flag())
     }
 
-    fn repair<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        holds: u32,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<()>> {
-        let call = ScriptCall::new(&LOCK_REPAIR)
+    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
+        ScriptCall::new(&LOCK_REPAIR)
             .key(&*self.name)
             .key(&self.channel_prefix)
             .key(&self.queue)
             .arg(owner)
             .arg(holds)
             .arg(UNLOCK_MESSAGE)
-            .arg(lease_ms);
-        run_repair(client, call, &self.name, holds).boxed()
+            .arg(lease_ms)
     }
 
-    fn inspect<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection>> {
-        inspect_field(client, &self.name, owner).boxed()
-    }
-
-    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>> {
-        let call = ScriptCall::new(&LOCK_FORCE_UNLOCK)
+    fn force_unlock(&self) -> ScriptCall {
+        ScriptCall::new(&LOCK_FORCE_UNLOCK)
             .key(&*self.name)
             .key(&self.channel_prefix)
             .key(&self.queue)
-            .arg(UNLOCK_MESSAGE);
-        run_force_unlock(client, call, &self.name).boxed()
+            .arg(UNLOCK_MESSAGE)
     }
 
     fn max_nap(&self) -> Option<Duration> {
@@ -171,17 +132,14 @@ impl LockOps for FairOps {
         true
     }
 
-    fn leave<'a>(&'a self, client: &'a ClientInner, owner: &'a str) -> BoxFuture<'a, Result<()>> {
-        let call = ScriptCall::new(&FAIR_LEAVE)
-            .key(&*self.name)
-            .key(&self.queue)
-            .key(&self.deadlines)
-            .arg(owner)
-            .arg(&self.channel_prefix);
-        async move {
-            let _: i64 = client.executor.run(&call, &self.name).await?;
-            Ok(())
-        }
-        .boxed()
+    fn leave(&self, owner: &str) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&FAIR_LEAVE)
+                .key(&*self.name)
+                .key(&self.queue)
+                .key(&self.deadlines)
+                .arg(owner)
+                .arg(&self.channel_prefix),
+        )
     }
 }

@@ -11,8 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use redis::Value;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -21,57 +20,34 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handover::{HandedHold, Offer};
+pub(crate) use crate::lock::replies::Inspection;
+use crate::lock::replies::{
+    Acquired, HandedOver, Released, inspect_field, parse_handover, parse_release, run_acquire,
+    run_force_unlock,
+};
 use crate::lock::wait::{self, Attempt};
+use crate::script::ScriptCall;
 use crate::watchdog::{RenewTarget, Renewal};
 
-/// What an acquire script answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acquired {
-    /// Granted with `token`; `fresh` when the owner held nothing on the server before.
-    Granted {
-        token: u64,
-        fresh: bool,
-    },
-    Busy {
-        ttl: Option<Duration>,
-    },
+/// One release request: its id (for the latch that makes resends safe) and whether an earlier
+/// send of it may have run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseRequest<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) resend: bool,
+    /// How long a partial release's latch lives.
+    pub(crate) latch_ttl_ms: u64,
 }
 
-/// What a release script answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// The owner's last hold went (its waiters were told if that freed the lock).
-    Freed,
-    /// Holds of the owner remain.
-    StillHeld,
-    /// The owner held nothing.
-    NotOwner,
-    /// (Resends only) the owner holds nothing and no partial release of this request is
-    /// recorded: the earlier send released the last hold, or the hold was gone before it.
-    Gone,
+impl ReleaseRequest<'_> {
+    /// The scripts' resend flag.
+    pub(crate) fn resend_flag(&self) -> &'static str {
+        if self.resend { "1" } else { "0" }
+    }
 }
 
-/// What a release that tries to hand the lock to a local waiter answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandedOver {
-    /// The owner's last hold went and the waiter now holds the lock with `token`.
-    Handed { token: u64 },
-    /// Not handed over; the release did what a plain one would (or nothing).
-    Released(Released),
-    /// The owner has several holds on the server: nothing changed.
-    SeveralHolds,
-}
-
-/// A lock's state as one owner sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Inspection {
-    pub(crate) locked: bool,
-    pub(crate) holds: u32,
-    /// Remaining TTL in ms; -1 without TTL, -2 when free.
-    pub(crate) pttl: i64,
-}
-
-/// One lock kind's server side. Each async method is one script call.
+/// One lock kind's server side: names, and the script call of each operation. The holder runs
+/// the calls and reads their replies, which every kind shapes alike.
 pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// The lock's name (its main key).
     fn name(&self) -> &Arc<str>;
@@ -81,42 +57,33 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn channel(&self, owner: &str) -> String;
     /// Where the owner's holds live, for the watchdog.
     fn renewal(&self, owner: &Arc<str>) -> RenewTarget;
-    /// `waiting`: the caller waits when refused (a fair lock queues it; others ignore it).
-    fn acquire<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        waiting: bool,
-    ) -> BoxFuture<'a, Result<Acquired>>;
-    /// Gives back one hold. Must be idempotent per `request_id`: `resend` says an earlier send
-    /// of the same request may have run.
-    fn release<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        request_id: &'a str,
-        resend: bool,
-    ) -> BoxFuture<'a, Result<Released>>;
+    /// Takes a hold; replies `{status, value}` as [`run_acquire`] reads. `waiting`: the caller
+    /// waits when refused (a fair lock queues it; others ignore it).
+    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool) -> ScriptCall;
+    /// Gives back one hold; must be idempotent per request id when `request.resend` is set.
+    /// Replies as [`parse_release`] reads.
+    fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall;
     /// Sets the owner's hold count on the server to `holds` (0: remove it), never reviving a
     /// hold the server no longer has; remaining holds get a TTL of at least `lease_ms` back.
-    fn repair<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        holds: u32,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<()>>;
-    fn inspect<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection>>;
-    /// Frees the lock whoever holds it; true when it was held.
-    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>>;
+    /// Replies 1 when it changed something.
+    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall;
+    /// The hash field holding `owner`'s hold count on this side of the lock.
+    fn field<'a>(&'a self, owner: &'a str) -> &'a str {
+        owner
+    }
+    /// Frees the lock whoever holds it; replies 1 when it was held.
+    fn force_unlock(&self) -> ScriptCall;
     /// The longest a waiter may sleep between two attempts (a fair waiter must keep its place).
     fn max_nap(&self) -> Option<Duration> {
+        None
+    }
+    /// Whether waiters join a queue on the server (and so must leave it when they give up).
+    fn queues(&self) -> bool {
+        false
+    }
+    /// Takes a waiter that stops waiting out of the lock's queue; only asked for when
+    /// [`queues`](Self::queues) is true.
+    fn leave(&self, _owner: &str) -> Option<ScriptCall> {
         None
     }
     /// Whether a release can hand the lock to a waiter of the same client
@@ -124,27 +91,19 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn hands_over(&self) -> bool {
         false
     }
-    /// Gives back the owner's last hold and grants the lock to `to` with a lease of `to_lease_ms`
-    /// in the same step, unless other clients wait. Idempotent as [`release`](Self::release)
-    /// when `resend` is set. Only called when [`hands_over`](Self::hands_over) is true.
-    fn release_to<'a>(
-        &'a self,
-        _client: &'a ClientInner,
-        _owner: &'a str,
-        _to: &'a str,
+    /// Gives back the owner's last hold and grants the lock to `to` with a lease of
+    /// `to_lease_ms` in the same step, unless clients other than this one (which has
+    /// `own_subscribers` on the lock's channel) wait. Idempotent when `resend` is set. Replies as
+    /// [`parse_handover`] reads; `None` for kinds that do not hand over.
+    fn release_to(
+        &self,
+        _owner: &str,
+        _to: &str,
         _to_lease_ms: u64,
+        _own_subscribers: u8,
         _resend: bool,
-    ) -> BoxFuture<'a, Result<HandedOver>> {
-        futures::future::ready(Err(Error::unexpected("this lock kind does not hand over"))).boxed()
-    }
-    /// Whether waiters join a queue on the server (and so must leave it when they give up).
-    fn queues(&self) -> bool {
-        false
-    }
-    /// Takes a waiter that stops waiting out of the lock's queue; only called when
-    /// [`queues`](Self::queues) is true.
-    fn leave<'a>(&'a self, _client: &'a ClientInner, _owner: &'a str) -> BoxFuture<'a, Result<()>> {
-        futures::future::ready(Ok(())).boxed()
+    ) -> Option<ScriptCall> {
+        None
     }
 }
 
@@ -264,22 +223,35 @@ impl Holder {
     }
 
     async fn leave_queue(&self) {
-        if let Err(e) = self.ops.leave(self.inner(), &self.owner).await {
+        let Some(call) = self.ops.leave(&self.owner) else {
+            return;
+        };
+        if let Err(e) = self.inner().executor.run::<i64>(&call, self.name()).await {
             tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
         }
     }
 
     pub(crate) async fn inspect(&self) -> Result<Inspection> {
-        self.ops.inspect(self.inner(), &self.owner).await
+        inspect_field(self.inner(), self.name(), self.ops.field(&self.owner)).await
     }
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
-        let result = self.ops.force_unlock(self.inner()).await;
+        let result = run_force_unlock(self.inner(), &self.ops.force_unlock(), self.name()).await;
         if self.ops.hands_over() {
             // Whether or not the reply came, the local holder's view may be wrong now.
             self.inner().local_waiters.forget(self.name());
         }
         result
+    }
+
+    /// Sets `owner`'s hold count on the server to `holds` (see [`LockOps::repair`]).
+    async fn repair_to(&self, owner: &str, holds: u32, lease_ms: u64) -> Result<()> {
+        let call = self.ops.repair(owner, holds, lease_ms);
+        let changed: i64 = self.inner().executor.run(&call, self.name()).await?;
+        if changed == 1 {
+            tracing::debug!(lock = %self.name(), holds, "hold count repaired");
+        }
+        Ok(())
     }
 
     fn lease_ms(&self, mode: LeaseMode) -> u64 {
@@ -319,10 +291,8 @@ impl Holder {
             holds: Some(holds),
         };
         let sent_at = Instant::now();
-        let reply = self
-            .ops
-            .acquire(self.inner(), &self.owner, lease_ms, waiting)
-            .await;
+        let call = self.ops.acquire(&self.owner, lease_ms, waiting);
+        let reply = run_acquire(self.inner(), &call, self.name()).await;
         match reply {
             Ok(Acquired::Granted { token, fresh }) => {
                 let holds = in_flight.disarm();
@@ -471,7 +441,7 @@ impl Holder {
         let outcome = match result {
             Ok(Released::StillHeld) if holds.count == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed).
-                if let Err(e) = self.ops.repair(self.inner(), &self.owner, 0, 0).await {
+                if let Err(e) = self.repair_to(&self.owner, 0, 0).await {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; it expires with its lease");
                 }
                 Ok(())
@@ -528,9 +498,16 @@ impl Holder {
             offer: Some(offer),
         };
         let sent_at = Instant::now();
-        let result = with_resends(false, |resend| {
-            self.ops
-                .release_to(self.inner(), &self.owner, &to, to_lease_ms, resend)
+        let to_ref: &str = &to;
+        let result = with_resends(false, |resend| async move {
+            // Counted at each send: the script subtracts this client's own subscriber.
+            let own = u8::from(self.inner().hub.is_subscribed(&self.channel));
+            let call = self
+                .ops
+                .release_to(&self.owner, to_ref, to_lease_ms, own, resend)
+                .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
+            let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
+            parse_handover(status, value)
         })
         .await;
         match result? {
@@ -580,15 +557,14 @@ impl Holder {
         request_id: &str,
         resend: bool,
     ) -> Result<Released> {
-        self.ops
-            .release(
-                self.inner(),
-                &self.owner,
-                lease.lease_ms(),
-                request_id,
-                resend,
-            )
-            .await
+        let request = ReleaseRequest {
+            id: request_id,
+            resend,
+            latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
+        };
+        let call = self.ops.release(&self.owner, lease.lease_ms(), request);
+        let reply: Value = self.inner().executor.run(&call, self.name()).await?;
+        parse_release(&reply)
     }
 
     fn lost(&self) -> Error {
@@ -644,7 +620,7 @@ impl Drop for PendingHandover {
 /// Removes whatever hold `owner`, a waiter of this client, may have been handed, freeing the
 /// lock (and publishing) if that was the only one.
 async fn take_back(holder: &Holder, owner: &str) {
-    if let Err(e) = holder.ops.repair(holder.inner(), owner, 0, 0).await {
+    if let Err(e) = holder.repair_to(owner, 0, 0).await {
         tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; it expires with its lease");
     }
 }
@@ -692,11 +668,7 @@ impl InFlight {
 
 async fn repair(holder: &Holder, holds: &Holds) {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-    if let Err(e) = holder
-        .ops
-        .repair(holder.inner(), &holder.owner, holds.count, lease_ms)
-        .await
-    {
+    if let Err(e) = holder.repair_to(&holder.owner, holds.count, lease_ms).await {
         tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a stray hold expires with its lease");
     }
 }

@@ -2,16 +2,8 @@
 
 use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
-
-use crate::client::{Client, ClientInner};
-use crate::error::{Error, Result};
-use crate::lock::holder::{Acquired, Holder, Inspection, LockOps, Released};
-use crate::lock::plain::{
-    inspect_field, latch_ttl_ms, parse_acquire, run_acquire, run_force_unlock, run_release,
-    run_repair,
-};
+use crate::client::Client;
+use crate::lock::holder::{Holder, LockOps, ReleaseRequest};
 use crate::lock::rlock::RLock;
 use crate::names;
 use crate::script::{
@@ -28,7 +20,7 @@ const WAKE_ALL: &str = "1";
 /// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) are [`RLock`]s of one
 /// owner: the write holder may also take read holds (write→read reentry), and releasing the
 /// write hold while still reading downgrades the lock to a read lock. A reader asking for the
-/// write side gets [`Error::UpgradeNotSupported`] at once instead of waiting for itself.
+/// write side gets [`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once instead of waiting for itself.
 ///
 /// In Redis it is a hash named like the lock with `mode` = `read`|`write`, `<owner>` → read
 /// holds and `<owner>:write` → write holds; each read hold has its own key
@@ -161,71 +153,36 @@ impl LockOps for ReadOps {
         }
     }
 
-    fn acquire<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        lease_ms: u64,
-        _waiting: bool,
-    ) -> BoxFuture<'a, Result<Acquired>> {
+    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool) -> ScriptCall {
         let n = &self.0;
-        let call = ScriptCall::new(&RWLOCK_READ_ACQUIRE)
+        ScriptCall::new(&RWLOCK_READ_ACQUIRE)
             .key(&*n.name)
             .key(&*n.timeouts)
             .key(&n.token_key)
             .arg(owner)
             .arg(&*n.write_field)
-            .arg(lease_ms);
-        run_acquire(client, call, &n.name).boxed()
+            .arg(lease_ms)
     }
 
-    fn release<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        _lease_ms: u64,
-        request_id: &'a str,
-        resend: bool,
-    ) -> BoxFuture<'a, Result<Released>> {
+    fn release(&self, owner: &str, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
-        let call = ScriptCall::new(&RWLOCK_READ_RELEASE)
+        ScriptCall::new(&RWLOCK_READ_RELEASE)
             .key(&*n.name)
             .key(&n.channel)
             .key(&*n.timeouts)
-            .key(names::unlock_latch_key(&n.name, request_id))
+            .key(names::unlock_latch_key(&n.name, request.id))
             .arg(owner)
-            .arg(latch_ttl_ms(client))
+            .arg(request.latch_ttl_ms)
             .arg(&n.base)
-            .arg(if resend { "1" } else { "0" });
-        run_release(client, call, &n.name).boxed()
+            .arg(request.resend_flag())
     }
 
-    fn repair<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-        holds: u32,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<()>> {
-        run_repair(
-            client,
-            self.0.repair(owner, holds, "read", lease_ms),
-            &self.0.name,
-            holds,
-        )
-        .boxed()
+    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
+        self.0.repair(owner, holds, "read", lease_ms)
     }
 
-    fn inspect<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection>> {
-        inspect_field(client, &self.0.name, owner).boxed()
-    }
-
-    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>> {
-        run_force_unlock(client, self.0.force_unlock(), &self.0.name).boxed()
+    fn force_unlock(&self) -> ScriptCall {
+        self.0.force_unlock()
     }
 }
 
@@ -252,80 +209,42 @@ impl LockOps for WriteOps {
         }
     }
 
-    fn acquire<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        _owner: &'a str,
-        lease_ms: u64,
-        _waiting: bool,
-    ) -> BoxFuture<'a, Result<Acquired>> {
+    /// Replies `{3, 0}` when the owner holds read holds but no write hold: an upgrade, which
+    /// would wait for itself, is refused.
+    fn acquire(&self, _owner: &str, lease_ms: u64, _waiting: bool) -> ScriptCall {
         let n = &self.0;
-        let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
+        ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
             .key(&n.token_key)
             .arg(&*n.write_field)
             .arg(lease_ms)
             .arg(&*n.owner)
-            .arg(&n.base);
-        async move {
-            let (status, value): (i64, i64) = client.executor.run(&call, &n.name).await?;
-            if status == 3 {
-                return Err(Error::UpgradeNotSupported {
-                    name: n.name.to_string(),
-                });
-            }
-            parse_acquire(status, value)
-        }
-        .boxed()
+            .arg(&n.base)
     }
 
-    fn release<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        _owner: &'a str,
-        lease_ms: u64,
-        request_id: &'a str,
-        resend: bool,
-    ) -> BoxFuture<'a, Result<Released>> {
+    fn release(&self, _owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
-        let call = ScriptCall::new(&RWLOCK_WRITE_RELEASE)
+        ScriptCall::new(&RWLOCK_WRITE_RELEASE)
             .key(&*n.name)
             .key(&n.channel)
             .key(&*n.timeouts)
-            .key(names::unlock_latch_key(&n.name, request_id))
+            .key(names::unlock_latch_key(&n.name, request.id))
             .arg(&*n.write_field)
             .arg(lease_ms)
-            .arg(latch_ttl_ms(client))
+            .arg(request.latch_ttl_ms)
             .arg(&*n.owner)
-            .arg(if resend { "1" } else { "0" });
-        run_release(client, call, &n.name).boxed()
+            .arg(request.resend_flag())
     }
 
-    fn repair<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        _owner: &'a str,
-        holds: u32,
-        lease_ms: u64,
-    ) -> BoxFuture<'a, Result<()>> {
-        run_repair(
-            client,
-            self.0.repair(&self.0.write_field, holds, "write", lease_ms),
-            &self.0.name,
-            holds,
-        )
-        .boxed()
+    fn repair(&self, _owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
+        self.0.repair(&self.0.write_field, holds, "write", lease_ms)
     }
 
-    fn inspect<'a>(
-        &'a self,
-        client: &'a ClientInner,
-        _owner: &'a str,
-    ) -> BoxFuture<'a, Result<Inspection>> {
-        inspect_field(client, &self.0.name, &self.0.write_field).boxed()
+    fn field<'a>(&'a self, _owner: &'a str) -> &'a str {
+        &self.0.write_field
     }
 
-    fn force_unlock<'a>(&'a self, client: &'a ClientInner) -> BoxFuture<'a, Result<bool>> {
-        run_force_unlock(client, self.0.force_unlock(), &self.0.name).boxed()
+    fn force_unlock(&self) -> ScriptCall {
+        self.0.force_unlock()
     }
 }

@@ -1,0 +1,214 @@
+//! What the lock scripts answer, read strictly: every kind's acquire, release, handover, repair,
+//! inspect and force-unlock replies share these shapes, so the holder reads them all alike.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::script::{LOCK_INSPECT, ScriptCall};
+
+/// What an acquire script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// Granted with `token`; `fresh` when the owner held nothing on the server before.
+    Granted {
+        token: u64,
+        fresh: bool,
+    },
+    Busy {
+        ttl: Option<Duration>,
+    },
+}
+
+/// What a release script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The owner's last hold went (its waiters were told if that freed the lock).
+    Freed,
+    /// Holds of the owner remain.
+    StillHeld,
+    /// The owner held nothing.
+    NotOwner,
+    /// (Resends only) the owner holds nothing and no partial release of this request is
+    /// recorded: the earlier send released the last hold, or the hold was gone before it.
+    Gone,
+}
+
+/// What a release that tries to hand the lock to a local waiter answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandedOver {
+    /// The owner's last hold went and the waiter now holds the lock with `token`.
+    Handed { token: u64 },
+    /// Not handed over; the release did what a plain one would (or nothing).
+    Released(Released),
+    /// The owner has several holds on the server: nothing changed.
+    SeveralHolds,
+}
+
+/// A lock's state as one owner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Inspection {
+    pub(crate) locked: bool,
+    pub(crate) holds: u32,
+    /// Remaining TTL in ms; -1 without TTL, -2 when free.
+    pub(crate) pttl: i64,
+}
+
+/// Runs an acquire script and parses its `{status, value}` reply.
+pub(crate) async fn run_acquire(
+    client: &ClientInner,
+    call: &ScriptCall,
+    name: &str,
+) -> Result<Acquired> {
+    let (status, value): (i64, i64) = client.executor.run(call, name).await?;
+    parse_acquire(status, value, name)
+}
+
+/// Runs a force-unlock script (replies 1 when a held lock was freed).
+pub(crate) async fn run_force_unlock(
+    client: &ClientInner,
+    call: &ScriptCall,
+    name: &str,
+) -> Result<bool> {
+    let freed: i64 = client.executor.run(call, name).await?;
+    Ok(freed == 1)
+}
+
+/// Reads a lock hash and the hold count in `field`.
+pub(crate) async fn inspect_field(
+    client: &ClientInner,
+    key: &str,
+    field: &str,
+) -> Result<Inspection> {
+    let call = ScriptCall::new(&LOCK_INSPECT).key(key).arg(field);
+    let (locked, holds, pttl): (i64, i64, i64) = client.executor.run(&call, key).await?;
+    Ok(Inspection {
+        locked: locked == 1,
+        holds: u32::try_from(holds).unwrap_or(0),
+        pttl,
+    })
+}
+
+/// Parses `{status, value}` from an acquire script of lock `name`: 1 fresh grant, 2 reentrant
+/// grant (value: token), 0 busy (value: pttl), 3 a reader asked for the write side.
+pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acquired> {
+    let token =
+        || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
+    match status {
+        1 => Ok(Acquired::Granted {
+            token: token()?,
+            fresh: true,
+        }),
+        2 => Ok(Acquired::Granted {
+            token: token()?,
+            fresh: false,
+        }),
+        0 => Ok(Acquired::Busy {
+            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+        }),
+        3 => Err(Error::UpgradeNotSupported {
+            name: name.to_owned(),
+        }),
+        other => Err(Error::unexpected(format!("acquire status {other}"))),
+    }
+}
+
+/// Parses `{status, value}` from the handover script: 3 handed over (value: the waiter's token),
+/// 1 freed, 4 several holds (nothing done), 0 not the owner, 2 gone on a resend.
+pub(crate) fn parse_handover(status: i64, value: i64) -> Result<HandedOver> {
+    match status {
+        3 => u64::try_from(value)
+            .map(|token| HandedOver::Handed { token })
+            .map_err(|_| Error::unexpected(format!("fencing token {value}"))),
+        1 => Ok(HandedOver::Released(Released::Freed)),
+        4 => Ok(HandedOver::SeveralHolds),
+        0 => Ok(HandedOver::Released(Released::NotOwner)),
+        2 => Ok(HandedOver::Released(Released::Gone)),
+        other => Err(Error::unexpected(format!("handover status {other}"))),
+    }
+}
+
+/// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held.
+pub(crate) fn parse_release(reply: &Value) -> Result<Released> {
+    match reply {
+        Value::Nil => Ok(Released::NotOwner),
+        Value::Int(1) => Ok(Released::Freed),
+        Value::Int(0) => Ok(Released::StillHeld),
+        Value::Int(2) => Ok(Released::Gone),
+        other => Err(Error::unexpected(format!("release answered {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_are_parsed_strictly() {
+        assert_eq!(
+            parse_acquire(1, 5, "n").unwrap(),
+            Acquired::Granted {
+                token: 5,
+                fresh: true
+            }
+        );
+        assert_eq!(
+            parse_acquire(2, 5, "n").unwrap(),
+            Acquired::Granted {
+                token: 5,
+                fresh: false
+            }
+        );
+        assert_eq!(
+            parse_acquire(0, 1500, "n").unwrap(),
+            Acquired::Busy {
+                ttl: Some(Duration::from_millis(1500))
+            }
+        );
+        assert_eq!(
+            parse_acquire(0, -1, "n").unwrap(),
+            Acquired::Busy { ttl: None }
+        );
+        assert!(parse_acquire(1, -3, "n").is_err());
+        assert!(matches!(
+            parse_acquire(3, 0, "n"),
+            Err(Error::UpgradeNotSupported { name }) if name == "n"
+        ));
+        assert!(parse_acquire(9, 0, "n").is_err());
+    }
+
+    #[test]
+    fn handover_replies_are_parsed_strictly() {
+        assert_eq!(
+            parse_handover(3, 9).unwrap(),
+            HandedOver::Handed { token: 9 }
+        );
+        assert_eq!(
+            parse_handover(1, 0).unwrap(),
+            HandedOver::Released(Released::Freed)
+        );
+        assert_eq!(parse_handover(4, 2).unwrap(), HandedOver::SeveralHolds);
+        assert_eq!(
+            parse_handover(0, 0).unwrap(),
+            HandedOver::Released(Released::NotOwner)
+        );
+        assert_eq!(
+            parse_handover(2, 0).unwrap(),
+            HandedOver::Released(Released::Gone)
+        );
+        assert!(parse_handover(3, -1).is_err());
+        assert!(parse_handover(5, 0).is_err());
+    }
+
+    #[test]
+    fn release_replies_are_parsed_strictly() {
+        assert_eq!(parse_release(&Value::Nil).unwrap(), Released::NotOwner);
+        assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
+        assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
+        assert_eq!(parse_release(&Value::Int(2)).unwrap(), Released::Gone);
+        assert!(parse_release(&Value::Int(7)).is_err());
+        assert!(parse_release(&Value::Okay).is_err());
+    }
+}
