@@ -68,7 +68,9 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
         .build()
         .await
         .unwrap();
-    let holder = client.get_lock("resubscribe");
+    // The holder is another client, so its release frees the lock and publishes (a holder of
+    // the waiter's own client would hand the lock over without a message).
+    let holder = support::client(&server).await.get_lock("resubscribe");
     let guard = holder.lock().await.unwrap();
     let waiter = client.get_lock("resubscribe");
     let task = tokio::spawn(async move { waiter.lock().await.unwrap().unlock().await });
@@ -218,9 +220,33 @@ async fn a_cancelled_reentrant_acquire_keeps_the_count_right() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_local_waiter_gets_the_lock_in_turn() {
+async fn every_local_waiter_gets_the_lock_in_turn_by_handover() {
+    every_local_waiter_gets_the_lock_in_turn(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_local_waiter_gets_the_lock_in_turn_by_messages() {
+    every_local_waiter_gets_the_lock_in_turn(true).await;
+}
+
+/// Eight waiters of one client behind a holder of the same client. With `foreign_waiter`, a
+/// subscriber of another client sits on the channel, so every release frees the lock and
+/// publishes instead of handing it over.
+async fn every_local_waiter_gets_the_lock_in_turn(foreign_waiter: bool) {
     let server = RedisServer::start();
     let client = client(&server).await;
+    let mut foreign = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    if foreign_waiter {
+        foreign
+            .subscribe("redisson_lock__channel:{turns}")
+            .await
+            .unwrap();
+    }
+    server.reset_stats().await;
     let barrier = Arc::new(Barrier::new(9));
     let holder = client.get_lock("turns");
     let guard = holder.lock().await.unwrap();
@@ -246,12 +272,19 @@ async fn every_local_waiter_gets_the_lock_in_turn() {
             .unwrap()
             .unwrap();
     }
-    // Eight 5 ms holds handed over by messages; waking by the 5 s re-check would take far longer.
+    // Eight 5 ms holds passed on by handover or messages; waking by the 5 s re-check would take
+    // far longer.
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "took {:?}",
         started.elapsed()
     );
+    let published = server.calls("publish").await;
+    if foreign_waiter {
+        assert!(published >= 9, "every release published: {published}");
+    } else {
+        assert_eq!(published, 1, "only the last release freed the lock");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
