@@ -418,7 +418,9 @@ impl Holder {
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
         let held_at_send = !lease.is_lost();
-        if holds.count == 1 && self.ops.hands_over() {
+        // The client stops counting this hold as taken before its last release goes out.
+        let last = holds.count == 1 && self.ops.hands_over();
+        if last {
             self.inner().local_waiters.releasing(self.name(), lease);
         }
         // The last hold goes straight to a waiter of this client when one naps. A resend never
@@ -462,7 +464,10 @@ impl Holder {
         };
         if holds.count == 0 {
             holds.lease = None;
-            self.inner().local_waiters.releasing(self.name(), lease);
+            if !last && self.ops.hands_over() {
+                // Holds the server no longer had: the client's view of them goes too.
+                self.inner().local_waiters.releasing(self.name(), lease);
+            }
         }
         outcome
     }
