@@ -333,8 +333,28 @@ async fn a_killed_holder_process_frees_the_redlock_after_its_lease() {
         "took {:?}",
         killed.elapsed()
     );
-    assert_eq!(guard.granted(), 3);
+    // A majority suffices: the instance whose copy of the dead hold expires last may still
+    // refuse the winning attempt, so two or three grants are both correct.
+    assert!(guard.granted() >= 2, "granted {}", guard.granted());
     guard.unlock().await.unwrap();
+    // The dead holder's copy on the last instance runs out within its lease too.
+    for s in &cluster.servers {
+        let mut conn = s.raw().await;
+        let left = Instant::now();
+        loop {
+            let exists: bool = conn.exists("orphan").await.unwrap();
+            if !exists {
+                break;
+            }
+            assert!(
+                killed.elapsed() <= lease * 2,
+                "a dead hold outlived its lease on {} (waited {:?})",
+                s.url(),
+                left.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
