@@ -69,6 +69,12 @@ fn redlock(clients: &[ferrisson::Client], name: &str) -> RedLock {
     RedLock::new(clients.iter().map(|c| c.get_lock(name)))
 }
 
+/// The default instance timeout is a twentieth of the lease: 30 ms for these tests' 600 ms
+/// leases, which one scheduling stall of a debug build on a loaded machine can exceed on every
+/// instance at once (and a minority answering fails the acquire). Tests that are not about the
+/// timeout give each instance more.
+const SLOW_MACHINE_TIMEOUT: Duration = Duration::from_millis(250);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_is_exact_for_every_subset_of_busy_instances() {
     for n in [3usize, 5] {
@@ -121,39 +127,36 @@ async fn timed_acquire(
 async fn a_minority_down_still_acquires_within_one_instance_timeout() {
     let mut cluster = Cluster::start(5).await;
     let clients = cluster.clients(Duration::from_secs(2)).await;
-    let instance_timeout = Duration::from_millis(100);
+    let instance_timeout = Duration::from_millis(400);
     let lock = redlock(&clients, "minority").instance_timeout(instance_timeout);
 
     let (all_up, got) = timed_acquire(&lock).await;
     got.unwrap().expect("all up").unlock().await.unwrap();
 
-    // One killed, one paused: the attempt waits for the slowest, bounded by one timeout.
-    cluster.servers[0].kill();
-    cluster.servers[1].pause();
-    let (two_down, got) = timed_acquire(&lock).await;
+    // Two instances that never answer, one paused and one blackholed: each costs a whole
+    // instance timeout. Asked side by side that is one timeout; one after the other, two.
+    cluster.servers[0].pause();
+    cluster.proxies[1].set(Mode::Blackhole);
+    let (two_silent, got) = timed_acquire(&lock).await;
     let guard = got.unwrap().expect("3 of 5 is a majority");
     assert_eq!(guard.granted(), 3);
     assert!(
-        two_down < instance_timeout * 2,
-        "waited {two_down:?}: the timeouts added up"
+        two_silent < instance_timeout * 7 / 4,
+        "waited {two_silent:?}: the timeouts added up"
     );
-    let _ = guard.unlock().await; // the dead instances report errors
-    cluster.servers[1].resume();
+    let _ = guard.unlock().await; // the silent instances report errors
+    cluster.servers[0].resume();
+    cluster.proxies[1].set(Mode::Pass);
 
-    // Blackholed through its proxy instead.
-    cluster.proxies[2].set(Mode::Blackhole);
-    let (blackholed, got) = timed_acquire(&lock).await;
-    // Killed + blackholed + (just resumed) paused: 3 of 5 answer in time at best.
-    if let Some(guard) = got.unwrap() {
-        let _ = guard.unlock().await;
-    }
-    cluster.proxies[2].set(Mode::Pass);
-    // Connections cut (reset) on a third one: still a majority of the five.
+    // Instances that fail at once (killed, connections cut) cost no timeout at all; the
+    // silent ones' late grants have been or are being taken back meanwhile, so a majority of
+    // the rest is what counts.
+    cluster.servers[0].kill();
     cluster.proxies[3].set(Mode::Reset);
-    let (reset, got) = timed_acquire(&lock).await;
-    if let Some(guard) = got.unwrap() {
-        let _ = guard.unlock().await;
-    }
+    let (killed_and_reset, got) = timed_acquire(&lock).await;
+    let guard = got.unwrap().expect("3 of 5 is a majority");
+    assert!(guard.granted() >= 3);
+    let _ = guard.unlock().await;
     cluster.proxies[3].set(Mode::Pass);
     let one_down = {
         let lock2 = redlock(&clients, "minority-one").instance_timeout(instance_timeout);
@@ -163,11 +166,10 @@ async fn a_minority_down_still_acquires_within_one_instance_timeout() {
     };
     eprintln!(
         "redlock acquire latency, N=5: all up {all_up:?}, one down (killed) {one_down:?}, \
-         two down (killed + paused) {two_down:?}, two down (killed + blackholed) {blackholed:?}, \
-         two down (killed + reset) {reset:?}"
+         two silent (paused + blackholed) {two_silent:?}, two down (killed + reset) \
+         {killed_and_reset:?}"
     );
-    assert!(blackholed < instance_timeout * 2);
-    assert!(reset < instance_timeout * 2);
+    assert!(killed_and_reset < instance_timeout * 7 / 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,8 +186,9 @@ async fn a_majority_down_fails_fast_and_leaves_nothing_behind() {
     assert!(
         matches!(
             err,
+            // The live instance answers unless it too is slower than the timeout.
             Error::QuorumNotReached {
-                answered: 1,
+                answered: 0 | 1,
                 needed: 2,
                 total: 3
             }
@@ -214,11 +217,12 @@ async fn a_majority_down_fails_fast_and_leaves_nothing_behind() {
 async fn replies_later_than_the_lease_are_not_a_grant() {
     let cluster = Cluster::start(3).await;
     let clients = cluster.clients(Duration::from_secs(2)).await;
-    let lease = Duration::from_millis(150);
-    // Give every instance time to answer; the answers come after the lease has passed.
-    let lock = redlock(&clients, "late").instance_timeout(Duration::from_secs(1));
+    // The replies come after the lease has passed but within the clients' 500 ms response
+    // timeout, so every instance answers, too late.
+    let lease = Duration::from_millis(250);
+    let lock = redlock(&clients, "late").instance_timeout(Duration::from_secs(2));
     for p in &cluster.proxies {
-        p.set(Mode::Delay(Duration::from_millis(200)));
+        p.set(Mode::Delay(Duration::from_millis(300)));
     }
     let got = lock
         .try_lock_for(Duration::ZERO, Some(lease))
@@ -266,7 +270,9 @@ async fn racing_contenders_never_hold_together_and_all_get_turns() {
         let clients = cluster.clients(Duration::from_secs(2)).await;
         let checker = checker.clone();
         tasks.push(tokio::spawn(async move {
-            let lock = redlock(&clients, "race").retry_delay(Duration::from_millis(20));
+            let lock = redlock(&clients, "race")
+                .retry_delay(Duration::from_millis(20))
+                .instance_timeout(SLOW_MACHINE_TIMEOUT);
             let mut wins = 0;
             for _ in 0..50 {
                 let Some(guard) = lock
@@ -317,7 +323,7 @@ async fn a_killed_holder_process_frees_the_redlock_after_its_lease() {
     );
     holder.locked(Duration::from_secs(10)).await;
     let clients = cluster.clients(lease).await;
-    let lock = redlock(&clients, "orphan");
+    let lock = redlock(&clients, "orphan").instance_timeout(SLOW_MACHINE_TIMEOUT);
     assert!(
         lock.try_lock_for(lease * 2, None).await.unwrap().is_none(),
         "the live holder kept it"
@@ -328,8 +334,10 @@ async fn a_killed_holder_process_frees_the_redlock_after_its_lease() {
         .await
         .expect("freed by the lease")
         .unwrap();
+    // The dead hold runs out within one lease of the kill; then one retry pause (at most
+    // 100 ms) and one attempt (at most one instance timeout), plus scheduling.
     assert!(
-        killed.elapsed() <= lease + Duration::from_millis(300),
+        killed.elapsed() <= lease + Duration::from_millis(100) + SLOW_MACHINE_TIMEOUT * 2,
         "took {:?}",
         killed.elapsed()
     );
@@ -347,7 +355,7 @@ async fn a_killed_holder_process_frees_the_redlock_after_its_lease() {
                 break;
             }
             assert!(
-                killed.elapsed() <= lease * 2,
+                killed.elapsed() <= lease * 3,
                 "a dead hold outlived its lease on {} (waited {:?})",
                 s.url(),
                 left.elapsed()
@@ -362,7 +370,11 @@ async fn the_watchdog_keeps_a_redlock_and_a_lost_majority_loses_it() {
     let cluster = Cluster::start(3).await;
     let lease = Duration::from_millis(600);
     let clients = cluster.clients(lease).await;
-    let guard = redlock(&clients, "kept").lock().await.unwrap();
+    let guard = redlock(&clients, "kept")
+        .instance_timeout(SLOW_MACHINE_TIMEOUT)
+        .lock()
+        .await
+        .unwrap();
     tokio::time::sleep(lease * 2).await;
     assert!(!guard.is_lost(), "renewed on every instance");
     assert!(guard.validity_deadline() > std::time::Instant::now());
