@@ -387,7 +387,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
     server.reset_stats().await;
     proxy.set(support::Mode::DropReplies);
     let unlock = tokio::spawn(async move { inner.unlock().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    release_ran(&server).await;
     proxy.set(support::Mode::Pass); // cuts the connections that lost replies
     tokio::time::timeout(Duration::from_secs(5), unlock)
         .await
@@ -411,7 +411,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
     server.reset_stats().await;
     proxy.set(support::Mode::DropReplies);
     let unlock = tokio::spawn(async move { outer.unlock().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    release_ran(&server).await;
     proxy.set(support::Mode::Pass);
     tokio::time::timeout(Duration::from_secs(5), unlock)
         .await
@@ -429,4 +429,20 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
         .unwrap()
         .expect("free after the last release");
     got.unlock().await.unwrap();
+}
+
+/// Waits until the server has run the release sent through the proxy that drops replies, so
+/// that the switch back to passing cuts a connection whose reply was lost. (A release that
+/// reached the server only after the switch would get its reply and be sent just once.)
+async fn release_ran(server: &RedisServer) {
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            server.calls("evalsha").await >= 1
+        })
+        .await,
+        "the release never reached the server"
+    );
+    // The server wrote the reply before it answered the INFO that showed the call; give the
+    // proxy a moment to read it and throw it away before the switch.
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
