@@ -19,6 +19,12 @@ async fn fair_client(server: &RedisServer) -> ferrisson::Client {
         .unwrap()
 }
 
+/// The server's clock (`TIME`) in ms, which fair lock deadlines use.
+async fn server_time_ms(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(raw).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
 async fn queue(server: &RedisServer, name: &str) -> (Vec<String>, Vec<(String, i64)>) {
     let mut raw = server.raw().await;
     let list: Vec<String> = raw
@@ -217,6 +223,8 @@ async fn try_lock_never_queues_and_deadlines_use_server_time() {
     );
     assert_eq!(queue(&server, "try").await, (vec![], vec![]));
 
+    let mut raw = server.raw().await;
+    let started = server_time_ms(&mut raw).await;
     let task = tokio::spawn(async move { other.lock().await.map(drop) });
     assert!(
         eventually(Duration::from_secs(2), || async {
@@ -224,15 +232,19 @@ async fn try_lock_never_queues_and_deadlines_use_server_time() {
         })
         .await
     );
-    let mut raw = server.raw().await;
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-    let server_now = secs * 1000 + micros / 1000;
+    // The waiter refreshes its deadline every third of the queue timeout, so it may move while
+    // it is read: it is the server's time at some call of the waiter, which came after
+    // `started` and before `after`, plus the queue timeout.
     let (_, deadlines) = queue(&server, "try").await;
+    let after = server_time_ms(&mut raw).await;
     let deadline = deadlines[0].1;
-    let ahead = deadline - server_now;
+    let timeout = QUEUE_TIMEOUT.as_millis() as i64;
     assert!(
-        ahead > 0 && ahead <= QUEUE_TIMEOUT.as_millis() as i64,
-        "deadline {ahead} ms ahead of server time"
+        deadline >= started + timeout && deadline <= after + timeout,
+        "deadline {} ms ahead of the server's time before the wait began, {} ms ahead of its \
+         time after the queue was read (queue timeout {timeout} ms)",
+        deadline - started,
+        deadline - after,
     );
     guard.unlock().await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), task)
@@ -303,10 +315,14 @@ async fn the_head_waiter_is_woken_on_its_own_channel() {
     );
     let (list, _) = queue(&server, "own-channel").await;
     let channel = format!("redisson_lock__channel:{{own-channel}}:{}", list[0]);
-    assert_eq!(
-        server.subscribers(&channel).await,
-        1,
-        "the waiter listens on {channel}"
+    // The waiter joins the queue with its first attempt and subscribes only afterwards.
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            server.subscribers(&channel).await == 1
+        })
+        .await,
+        "the waiter listens on {channel}: {} subscribers",
+        server.subscribers(&channel).await
     );
     let released = Instant::now();
     guard.unlock().await.unwrap();

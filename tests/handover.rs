@@ -11,18 +11,36 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
 
-/// Lets a spawned lock() call reach its nap (first attempt, subscription, second attempt).
+/// A margin for a waiter whose last attempt has reached Redis to get the reply and begin its
+/// nap (only then may a release hand it the lock).
 const SETTLE: Duration = Duration::from_millis(250);
 
-/// A task waiting in `lock()` on `lock`, given time to reach its nap; it yields the handle and
-/// the guard.
+/// Waits until Redis has run more scripts than `before` (every attempt that asks Redis is one).
+async fn asked_redis(server: &RedisServer, before: u64) {
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            server.calls("evalsha").await > before
+        })
+        .await,
+        "the waiter never asked Redis"
+    );
+}
+
+/// A task waiting in `lock()` on `lock`, by the time it naps; it yields the handle and the
+/// guard. Another owner of the same client holds the lock, and the client's pub/sub hub has not
+/// connected yet: the waiter is answered "busy" locally until the hub's first connection wakes
+/// it to ask Redis once (an unlock may have gone unheard), and then naps for the re-check
+/// interval (5 s). That attempt is seen reaching Redis, and SETTLE lets its reply come back.
 async fn napping_waiter(
+    server: &RedisServer,
     lock: ferrisson::RLock,
 ) -> tokio::task::JoinHandle<(ferrisson::RLock, ferrisson::LockGuard)> {
+    let before = server.calls("evalsha").await;
     let waiter = tokio::spawn(async move {
         let guard = lock.lock().await.unwrap();
         (lock, guard)
     });
+    asked_redis(server, before).await;
     tokio::time::sleep(SETTLE).await;
     waiter
 }
@@ -51,7 +69,7 @@ async fn a_release_hands_the_lock_to_a_local_waiter_in_its_own_round_trip() {
     let b = client.get_lock("handed");
     let held = a.lock().await.unwrap();
     let first_token = held.fencing_token();
-    let waiter = napping_waiter(b).await;
+    let waiter = napping_waiter(&server, b).await;
     assert!(!waiter.is_finished());
     server.reset_stats().await;
 
@@ -92,11 +110,20 @@ async fn a_handed_over_fixed_lease_is_the_waiters_and_is_not_renewed() {
     let a = client.get_lock("handed-lease");
     let b = client.get_lock("handed-lease");
     let held = a.lock().await.unwrap();
+    // The waiter naps once the hub's first connection had it ask Redis (see `napping_waiter`).
+    let before = server.calls("evalsha").await;
     let waiter =
         tokio::spawn(async move { b.lock_with_lease(Duration::from_millis(700)).await.unwrap() });
+    asked_redis(&server, before).await;
     tokio::time::sleep(SETTLE).await;
+    server.reset_stats().await;
     held.unlock().await.unwrap();
     let guard = waiter.await.unwrap();
+    assert_eq!(
+        server.calls("publish").await,
+        0,
+        "handed over: the lock was never free"
+    );
     let ttl = client
         .get_lock("handed-lease")
         .remaining_ttl()
@@ -149,31 +176,46 @@ async fn no_handover_while_a_waiter_of_another_client_is_subscribed() {
     let here = client(&server).await;
     let elsewhere = client(&server).await;
     let held = here.get_lock("shared").lock().await.unwrap();
-    let mut waiters = Vec::new();
-    for c in [&here, &elsewhere] {
-        let lock = c.get_lock("shared");
-        waiters.push(tokio::spawn(async move {
+    // Whoever gets the lock keeps it until the release under test has been checked: a waiter's
+    // own unlock would publish too.
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let waiter = |lock: ferrisson::RLock| {
+        let go = go.clone();
+        tokio::spawn(async move {
             let guard = lock.lock().await.unwrap();
+            go.acquire().await.unwrap().forget();
             guard.unlock().await.unwrap();
-        }));
-        tokio::time::sleep(SETTLE).await;
-    }
-    assert_eq!(
-        server.subscribers("redisson_lock__channel:{shared}").await,
-        2
+        })
+    };
+    // A waiter of this client naps, so the release could hand it the lock (see
+    // `napping_waiter`)...
+    let before = server.calls("evalsha").await;
+    let mut waiters = vec![waiter(here.get_lock("shared"))];
+    asked_redis(&server, before).await;
+    // ... and one of another client is subscribed.
+    waiters.push(waiter(elsewhere.get_lock("shared")));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            server.subscribers("redisson_lock__channel:{shared}").await == 2
+        })
+        .await,
+        "both clients subscribe"
     );
+    tokio::time::sleep(SETTLE).await;
     server.reset_stats().await;
     held.unlock().await.unwrap();
+    assert_eq!(
+        server.calls("publish").await,
+        1,
+        "the release freed the lock and published for the other client's waiter"
+    );
+    go.add_permits(2);
     for waiter in waiters {
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("both waiters get the lock")
             .unwrap();
     }
-    assert!(
-        server.calls("publish").await >= 1,
-        "the lock was freed and the unlock published for the other client's waiter"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +231,7 @@ async fn a_java_style_subscriber_blocks_handover_too() {
         .unwrap();
 
     let held = client.get_lock("foreign").lock().await.unwrap();
-    let waiter = napping_waiter(client.get_lock("foreign")).await;
+    let waiter = napping_waiter(&server, client.get_lock("foreign")).await;
     held.unlock().await.unwrap();
     let mut messages = pubsub.on_message();
     let message = tokio::time::timeout(
@@ -213,23 +255,30 @@ async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_loc
     let client = client(&server).await;
     let held = client.get_lock("known").lock().await.unwrap();
     let other = client.get_lock("known");
+    let wait = Duration::from_millis(300);
     // The hub's first connection wakes every waiter to ask Redis (an unlock may have gone
-    // unheard before it): open it before counting.
-    assert!(
-        other
-            .try_lock_for(Duration::from_millis(30), None)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    // unheard before it): open it before counting. A warm-up whose subscription was confirmed
+    // within its budget asked Redis at least once (when its nap ended), and the connection's
+    // wake-up went out along with that confirmation, during the warm-up. One whose subscription
+    // was not confirmed in time asked nothing: the connection may come up only later.
+    let mut warm = false;
+    for _ in 0..5 {
+        server.reset_stats().await;
+        let (busy, subscribed) = tokio::join!(
+            other.try_lock_for(wait, None),
+            eventually(wait, || async {
+                server.subscribers("redisson_lock__channel:{known}").await >= 1
+            }),
+        );
+        assert!(busy.unwrap().is_none());
+        if subscribed && server.calls("evalsha").await >= 1 {
+            warm = true;
+            break;
+        }
+    }
+    assert!(warm, "no warm-up had its subscription confirmed in time");
     server.reset_stats().await;
-    assert!(
-        other
-            .try_lock_for(Duration::from_millis(30), None)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(other.try_lock_for(wait, None).await.unwrap().is_none());
     assert_eq!(
         server.calls("evalsha").await,
         1,
@@ -247,6 +296,8 @@ async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_loc
 async fn a_local_hold_that_runs_out_unreleased_does_not_strand_local_waiters() {
     let server = RedisServer::start();
     let client = client(&server).await;
+    // Taken before the hold is asked for, so before Redis starts its lease.
+    let started = Instant::now();
     let leaked = client
         .get_lock("leaked")
         .lock_with_lease(Duration::from_millis(300))
@@ -254,12 +305,16 @@ async fn a_local_hold_that_runs_out_unreleased_does_not_strand_local_waiters() {
         .unwrap();
     // Never released: only its lease ends the hold.
     std::mem::forget(leaked);
-    let started = Instant::now();
     let guard = tokio::time::timeout(Duration::from_secs(3), client.get_lock("leaked").lock())
         .await
         .expect("the waiter gets the lock once the lease ran out")
         .unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(250));
+    // Not before the lease ran out (Redis counts whole ms: a little slack).
+    assert!(
+        started.elapsed() >= Duration::from_millis(290),
+        "granted {:?} after the 300 ms hold was asked for",
+        started.elapsed()
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -268,7 +323,7 @@ async fn a_forced_unlock_wakes_a_local_waiter_despite_the_live_local_holder() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let held = client.get_lock("forced").lock().await.unwrap();
-    let waiter = napping_waiter(client.get_lock("forced")).await;
+    let waiter = napping_waiter(&server, client.get_lock("forced")).await;
     let started = Instant::now();
     assert!(client.get_lock("forced").force_unlock().await.unwrap());
     let (_, guard) = tokio::time::timeout(Duration::from_secs(2), waiter)
@@ -297,15 +352,20 @@ async fn a_waiter_that_gives_up_while_being_handed_the_lock_leaves_it_free() {
     let server = RedisServer::start();
     let (proxy, client) = proxied(&server).await;
     let held = client.get_lock("abandoned").lock().await.unwrap();
-    let waiter = napping_waiter(client.get_lock("abandoned")).await;
-    proxy.set(Mode::Delay(Duration::from_millis(400)));
+    let holder_fields = fields(&server, "abandoned").await;
+    let waiter = napping_waiter(&server, client.get_lock("abandoned")).await;
+    proxy.set(Mode::Delay(Duration::from_secs(1)));
     let release = tokio::spawn(async move { held.unlock().await });
-    // The handover has run on the server; the waiter gives up before the reply comes back.
+    // The handover has run on the server (the waiter is the lock's only owner now); the waiter
+    // gives up before the release's reply comes back.
     assert!(
-        eventually(Duration::from_secs(1), || async {
-            fields(&server, "abandoned").await.len() == 1 && server.calls("evalsha").await > 0
+        eventually(Duration::from_secs(3), || async {
+            let now = fields(&server, "abandoned").await;
+            now.len() == 1 && now != holder_fields
         })
-        .await
+        .await,
+        "the release handed the lock to the waiter: {:?}",
+        fields(&server, "abandoned").await
     );
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
@@ -332,7 +392,7 @@ async fn a_cancelled_handover_release_does_not_strand_the_waiter() {
     let server = RedisServer::start();
     let (proxy, client) = proxied(&server).await;
     let held = client.get_lock("cut").lock().await.unwrap();
-    let waiter = napping_waiter(client.get_lock("cut")).await;
+    let waiter = napping_waiter(&server, client.get_lock("cut")).await;
     proxy.set(Mode::Delay(Duration::from_millis(400)));
     // The caller stops waiting for the release mid-flight.
     assert!(
@@ -379,21 +439,26 @@ async fn a_waiter_picked_for_a_slow_handover_keeps_to_its_wait_budget() {
     let (proxy, client) = proxied(&server).await;
     let held = client.get_lock("slow-handover").lock().await.unwrap();
     let lock = client.get_lock("slow-handover");
+    // The waiter naps once the hub's first connection had it ask Redis (see `napping_waiter`);
+    // the release must find it napping before its budget ends. A waiter not handed the lock
+    // would ask Redis at the end of its budget and wait the reply's delay out.
+    let before = server.calls("evalsha").await;
     let waiter = tokio::spawn(async move {
         let started = Instant::now();
         let got = lock
-            .try_lock_for(Duration::from_millis(400), None)
+            .try_lock_for(Duration::from_millis(600), None)
             .await
             .unwrap();
         (got.is_some(), started.elapsed())
     });
-    tokio::time::sleep(SETTLE).await;
-    proxy.set(Mode::Delay(Duration::from_millis(1200)));
+    asked_redis(&server, before).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.set(Mode::Delay(Duration::from_millis(1500)));
     let release = tokio::spawn(async move { held.unlock().await });
     let (got, waited) = waiter.await.unwrap();
     assert!(!got, "the release's reply came after the budget");
     assert!(
-        waited < Duration::from_millis(900),
+        waited < Duration::from_millis(1200),
         "gave up with its budget, not with the release: {waited:?}"
     );
     release

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::AsyncCommands;
-use support::{RedisServer, client};
+use support::{RedisServer, client, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_is_a_hash_of_owner_to_count_with_the_lease_as_ttl() {
@@ -97,6 +97,7 @@ async fn a_foreign_holder_blocks_us_and_its_unlock_message_wakes_us() {
     assert!(lock.is_locked().await.unwrap());
     assert!(!lock.is_held().await.unwrap());
 
+    let before = server.calls("evalsha").await;
     let waiter = tokio::spawn(async move {
         let started = std::time::Instant::now();
         let guard = lock.lock().await.unwrap();
@@ -104,7 +105,17 @@ async fn a_foreign_holder_blocks_us_and_its_unlock_message_wakes_us() {
         guard.unlock().await.unwrap();
         waited
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The waiter asks Redis, subscribes, asks again, and is woken once more by its client's
+    // first pub/sub connection (an unlock may have gone unheard before it); then it sleeps
+    // for the re-check interval (5 s).
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            server.subscribers("redisson_lock__channel:{shared}").await == 1
+                && server.calls("evalsha").await >= before + 3
+        })
+        .await,
+        "the waiter subscribed on Redisson's channel and asked Redis"
+    );
     assert!(!waiter.is_finished());
 
     // Redisson's unlock: delete the hash, publish 0 on the lock's channel.
