@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::{Checker, HolderProcess, RedisServer, builder, eventually};
+use support::{Checker, HolderProcess, RedisServer, builder, eventually, join_within};
 
 const QUEUE_TIMEOUT: Duration = Duration::from_millis(600);
 
@@ -64,12 +64,7 @@ async fn waiters_are_granted_in_the_order_they_came() {
         );
     }
     guard.unlock().await.unwrap();
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(10), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    join_within(Duration::from_secs(10), tasks, "fifo waiters").await;
     assert_eq!(*order.lock().unwrap(), (0..10).collect::<Vec<_>>());
     assert_eq!(queue(&server, "fifo").await, (vec![], vec![]));
 }
@@ -274,12 +269,7 @@ async fn contenders_never_overlap_and_leave_nothing_behind() {
             }));
         }
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    join_within(Duration::from_secs(60), tasks, "contenders").await;
     assert_eq!(checker.verify().len(), 108);
     let mut raw = server.raw().await;
     let mut left: Vec<String> = raw.keys("*").await.unwrap();

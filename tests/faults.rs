@@ -436,10 +436,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
 /// reached the server only after the switch would get its reply and be sent just once.)
 async fn release_ran(server: &RedisServer) {
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            server.calls("evalsha").await >= 1
-        })
-        .await,
+        server.calls_reach("evalsha", 1).await,
         "the release never reached the server"
     );
     // The server wrote the reply before it answered the INFO that showed the call; give the

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
+use support::{Mode, Proxy, RedisServer, builder_for, client, eventually, join_within};
 
 /// A margin for a waiter whose last attempt has reached Redis to get the reply and begin its
 /// nap (only then may a release hand it the lock).
@@ -18,10 +18,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// Waits until Redis has run more scripts than `before` (every attempt that asks Redis is one).
 async fn asked_redis(server: &RedisServer, before: u64) {
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            server.calls("evalsha").await > before
-        })
-        .await,
+        server.calls_reach("evalsha", before + 1).await,
         "the waiter never asked Redis"
     );
 }
@@ -161,12 +158,7 @@ async fn local_waiters_are_served_in_arrival_order() {
         tokio::time::sleep(SETTLE).await;
     }
     held.unlock().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    join_within(Duration::from_secs(5), tasks, "local waiters").await;
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
 }
 
@@ -210,12 +202,7 @@ async fn no_handover_while_a_waiter_of_another_client_is_subscribed() {
         "the release freed the lock and published for the other client's waiter"
     );
     go.add_permits(2);
-    for waiter in waiters {
-        tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("both waiters get the lock")
-            .unwrap();
-    }
+    join_within(Duration::from_secs(5), waiters, "both waiters get the lock").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,12 +491,7 @@ async fn contended_acquisitions_inside_one_client_cost_one_script_each() {
     start.wait().await;
     tokio::time::sleep(SETTLE).await;
     warm.unlock().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    join_within(Duration::from_secs(30), tasks, "owners").await;
     let acquisitions = (OWNERS * ROUNDS) as f64;
     let scripts = server.calls("evalsha").await as f64;
     assert!(

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{Checker, RedisServer, client};
+use support::{Checker, RedisServer, client, join_within};
 
 const CLIENTS: usize = 3;
 const HANDLES_PER_CLIENT: usize = 3;
@@ -48,12 +48,7 @@ async fn contenders_never_overlap_and_tokens_strictly_increase() {
             }));
         }
     }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("no contender starves")
-            .unwrap();
-    }
+    join_within(Duration::from_secs(60), tasks, "no contender starves").await;
     let holds = checker.verify();
     assert_eq!(
         holds.len(),
@@ -106,12 +101,7 @@ async fn handovers_among_one_clients_owners_never_overlap_even_when_cancelled() 
             }
         }));
     }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("no owner starves")
-            .unwrap();
-    }
+    join_within(Duration::from_secs(60), tasks, "no owner starves").await;
     assert_eq!(checker.verify().len(), HANDLES * ROUNDS);
     let lock = client.get_lock("handed-around");
     assert!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ferrisson::{Error, RedLock};
 use redis::AsyncCommands;
-use support::{Checker, HolderProcess, Mode, Proxy, RedisServer, builder};
+use support::{Checker, HolderProcess, Mode, Proxy, RedisServer, builder, join_within};
 
 const FOREIGN: &str = "9b2c7a63-2f7e-4f0b-9a55-5f3c0e6b1d11:1";
 
@@ -292,15 +292,7 @@ async fn racing_contenders_never_hold_together_and_all_get_turns() {
             wins
         }));
     }
-    let mut wins = Vec::new();
-    for t in tasks {
-        wins.push(
-            tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-    }
+    let wins = join_within(Duration::from_secs(60), tasks, "contenders").await;
     eprintln!("redlock race: wins per contender {wins:?}");
     assert!(
         wins.iter().all(|w| *w > 0),

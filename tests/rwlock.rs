@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ferrisson::Error;
 use futures::StreamExt;
 use redis::AsyncCommands;
-use support::{HolderProcess, RedisServer, builder, client};
+use support::{HolderProcess, RedisServer, builder, client, join_within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_and_writers_exclude() {
@@ -437,12 +437,12 @@ async fn many_readers_and_writers_never_mix() {
             }));
         }
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .expect("nobody starves for a minute")
-            .unwrap();
-    }
+    join_within(
+        Duration::from_secs(60),
+        tasks,
+        "nobody starves for a minute",
+    )
+    .await;
     assert_eq!(writes.load(Ordering::SeqCst), 3 * 12);
     assert_eq!(reads.load(Ordering::SeqCst), 3 * 3 * 12);
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::{RedisServer, builder, client, eventually};
+use support::{RedisServer, builder, client, eventually, join_within};
 use tokio::sync::Barrier;
 
 /// The scripts Redis has run, once that count has stayed put for 100 ms.
@@ -289,12 +289,7 @@ async fn every_local_waiter_gets_the_lock_in_turn(foreign_waiter: bool) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     guard.unlock().await.unwrap();
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(5), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    join_within(Duration::from_secs(5), tasks, "local waiters").await;
     // Eight 5 ms holds passed on by handover or messages; waking by the 5 s re-check would take
     // far longer.
     assert!(
@@ -420,10 +415,7 @@ async fn a_waiter_that_leaves_with_an_unused_wake_up_passes_it_on() {
     // The second waiter asks Redis, subscribes (locally: the channel is subscribed already) and
     // asks again before it sleeps: both attempts must find the lock held.
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            server.calls("evalsha").await >= before + 2
-        })
-        .await,
+        server.calls_reach("evalsha", before + 2).await,
         "the second waiter asked Redis twice"
     );
     assert_eq!(

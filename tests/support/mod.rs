@@ -54,6 +54,23 @@ where
     }
 }
 
+/// Awaits every task, each within `within`, and returns their outputs in order; panics with
+/// `what` when one does not finish in time and with the task's own panic when it failed.
+pub async fn join_within<T>(
+    within: Duration,
+    tasks: impl IntoIterator<Item = tokio::task::JoinHandle<T>>,
+    what: &str,
+) -> Vec<T> {
+    let mut outputs = Vec::new();
+    for task in tasks {
+        let joined = tokio::time::timeout(within, task)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: a task did not finish within {within:?}"));
+        outputs.push(joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())));
+    }
+    outputs
+}
+
 /// A `ferrisson-test-holder` process: it takes the lock `name` of `kind` (lock, read, write,
 /// fair) with `ms` as its watchdog and fair queue timeout. Killed on drop.
 pub struct HolderProcess {

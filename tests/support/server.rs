@@ -389,6 +389,21 @@ impl RedisServer {
             .map_or(0, |(_, calls)| calls)
     }
 
+    /// Waits up to 5 s until `command` has been called at least `at_least` times since the
+    /// last reset; whether it was.
+    pub async fn calls_reach(&self, command: &str, at_least: u64) -> bool {
+        // Polled here rather than with `support::eventually`: the examples include this file
+        // on its own.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.calls(command).await < at_least {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// `CONFIG RESETSTAT`: the command counters start again from zero.
     pub async fn reset_stats(&self) {
         let _: () = redis::cmd("CONFIG")
