@@ -82,38 +82,21 @@ impl RedisServer {
 
     /// Starts a server with extra command-line settings (`["--maxclients", "50"]`).
     pub fn start_with(extra: &[&str]) -> Self {
-        ensure_redis_server();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        for _ in 0..5 {
-            let port = free_port();
-            let dir =
-                std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
-            let mut server = RedisServer {
-                child: None,
-                port,
-                dir,
-                extra: extra.clone(),
-                tls_port: None,
-            };
-            if server.spawn() {
-                return server;
-            }
-        }
-        panic!("redis-server did not start on any of 5 ports");
+        Self::start_on_free_ports("redis-server", |server| {
+            server.extra = extra.clone();
+        })
     }
 
     /// Starts a server that also listens with TLS on a second port, with a certificate for
     /// 127.0.0.1 signed by a CA made for this server ([`ca_pem`](Self::ca_pem)). The plain
     /// port stays open for readiness checks and raw access.
     pub fn start_tls() -> Self {
-        let mut server = Self::start();
-        server.kill();
-        make_certificates(&server.dir);
-        let tls_port = free_port();
-        let dir = server.dir.display().to_string();
-        server.extra.extend(
-            [
+        Self::start_on_free_ports("redis-server with TLS", |server| {
+            make_certificates(&server.dir);
+            let tls_port = free_port();
+            let dir = server.dir.display().to_string();
+            server.extra = [
                 "--tls-port",
                 &tls_port.to_string(),
                 "--tls-cert-file",
@@ -125,11 +108,35 @@ impl RedisServer {
                 "--tls-auth-clients",
                 "no",
             ]
-            .map(String::from),
-        );
-        server.tls_port = Some(tls_port);
-        assert!(server.spawn(), "redis-server with TLS did not start");
-        server
+            .map(String::from)
+            .to_vec();
+            server.tls_port = Some(tls_port);
+        })
+    }
+
+    /// Starts a server on a free port, set up by `configure`. A port found free can be taken
+    /// before the server binds it (other tests' clients draw their local ports from the same
+    /// range), so a server that cannot bind is tried again on fresh ports.
+    fn start_on_free_ports(what: &str, mut configure: impl FnMut(&mut RedisServer)) -> Self {
+        ensure_redis_server();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir,
+                extra: Vec::new(),
+                tls_port: None,
+            };
+            configure(&mut server);
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("{what} did not start on any of 5 ports");
     }
 
     /// The `rediss://` URL of a server from [`start_tls`](Self::start_tls).
