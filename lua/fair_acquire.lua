@@ -12,6 +12,8 @@
 -- ARGV[3]  queue timeout in ms: how long a waiter keeps its place without calling again
 -- ARGV[4]  '1' when the caller waits (joins the queue or refreshes its place), '0' for one try
 -- ARGV[5]  the waiters' channel prefix (redisson_lock__channel:{name}); a waiter's is '<prefix>:<owner>'
+-- ARGV[6]  '1' when the client knows of no live hold of this owner: a hold the server still has
+--          for it is stale and is replaced by a fresh grant (a new token)
 --
 -- Replies: {1, token} granted anew; {2, token} one more hold (token: the counter's current value);
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
@@ -62,6 +64,12 @@ end
 
 if redis.call('exists', KEYS[1]) == 1 then
   if redis.call('hexists', KEYS[1], owner) == 1 then
+    if ARGV[6] == '1' then
+      local token = redis.call('incr', KEYS[4])
+      redis.call('hset', KEYS[1], owner, 1)
+      redis.call('pexpire', KEYS[1], ARGV[2])
+      return {1, token}
+    end
     redis.call('hincrby', KEYS[1], owner, 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     return {2, tonumber(counter) or 0}

@@ -4,6 +4,9 @@
 -- KEYS[2]  the fencing counter of the lock name (a string, never expires)
 -- ARGV[1]  owner (<client-uuid>:<n>)
 -- ARGV[2]  lease in milliseconds
+-- ARGV[3]  '1' when the client knows of no live hold of this owner: a hold the server still has
+--          for it is stale (a release or repair whose outcome never reached the client) and is
+--          replaced by a fresh grant, so a new guard never carries an old token
 --
 -- Replies:
 --   {1, token}  granted anew; token is the counter after its INCR
@@ -22,7 +25,7 @@ local function counter_error(err)
   return redis.error_reply(err)
 end
 
-if kind == 'none' then
+local function grant()
   local token = redis.pcall('incr', KEYS[2])
   if type(token) == 'table' then
     return counter_error(token.err)
@@ -31,11 +34,18 @@ if kind == 'none' then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, token}
 end
+
+if kind == 'none' then
+  return grant()
+end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
 end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  if ARGV[3] == '1' then
+    return grant()
+  end
   local current = redis.pcall('get', KEYS[2])
   if type(current) == 'table' then
     return counter_error(current.err)

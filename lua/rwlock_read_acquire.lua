@@ -8,6 +8,8 @@
 -- ARGV[1]  owner
 -- ARGV[2]  the owner's write field (<owner>:write)
 -- ARGV[3]  lease in ms
+-- ARGV[4]  '1' when the client knows of no live read hold of this owner: read holds the server
+--          still has for it are stale and are dropped before a fresh grant (a new token)
 --
 -- Replies: {1, token} the owner's first read hold (token from INCR); {2, token} one more (token:
 -- the counter's current value); {0, pttl} write-locked by another owner (pttl -1: no TTL).
@@ -32,9 +34,16 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 end
 
 -- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
+local stale = ARGV[4] == '1' and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 local reply = {2, tonumber(counter) or 0}
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   reply = {1, redis.call('incr', KEYS[3])}
+end
+if stale then
+  for k = 1, stale do
+    redis.call('del', KEYS[2] .. ':' .. k)
+  end
+  redis.call('hdel', KEYS[1], ARGV[1])
 end
 local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
 if not mode then

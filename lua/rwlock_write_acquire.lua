@@ -8,6 +8,8 @@
 -- ARGV[2]  lease in ms
 -- ARGV[3]  owner (its read-hold field)
 -- ARGV[4]  the prefix every owner's timeout keys start with ({name})
+-- ARGV[5]  '1' when the client knows of no live write hold of this owner: a write hold the
+--          server still has for it is stale and is replaced by a fresh grant (a new token)
 --
 -- Replies: {1, token} granted anew; {2, token} one more write hold (token: counter's current
 -- value); {0, pttl} held by others (pttl -1: no TTL); {3, 0} the owner holds read holds but no
@@ -58,11 +60,17 @@ if not mode then
   return {1, token}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  local reply = {2, tonumber(counter) or 0}
+  if ARGV[5] == '1' then
+    reply = {1, redis.call('incr', KEYS[2])}
+    redis.call('hset', KEYS[1], ARGV[1], 1)
+  else
+    redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  end
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-  return {2, tonumber(counter) or 0}
+  return reply
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
   return {3, 0}

@@ -46,7 +46,7 @@ pub(crate) struct ClientInner {
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
-    pub(crate) runtime: tokio::runtime::Handle,
+    runtime: tokio::runtime::Handle,
     /// Dropped with the client: tells the watchdog task to stop.
     _shutdown: watch::Sender<()>,
 }
@@ -222,6 +222,17 @@ impl Client {
                 _shutdown: shutdown,
             }),
         })
+    }
+}
+
+impl ClientInner {
+    /// Runs background work of this client (a release, a repair, a handover undo): the one
+    /// place every lock's background work is started.
+    pub(crate) fn spawn<F>(&self, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.runtime.spawn(work);
     }
 }
 

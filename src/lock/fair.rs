@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::lock::holder::{LockOps, ReleaseRequest};
+use crate::lock::holder::{LockOps, ReleaseRequest, flag};
 use crate::lock::plain::UNLOCK_MESSAGE;
 use crate::names;
 use crate::script::{
@@ -79,7 +79,7 @@ impl LockOps for FairOps {
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool) -> ScriptCall {
+    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
         ScriptCall::new(&FAIR_ACQUIRE)
             .key(&*self.name)
             .key(&self.queue)
@@ -88,8 +88,9 @@ impl LockOps for FairOps {
             .arg(owner)
             .arg(lease_ms)
             .arg(self.queue_timeout.as_millis() as u64)
-            .arg(if waiting { "1" } else { "0" })
+            .arg(flag(waiting))
             .arg(&self.channel_prefix)
+            .arg(flag(stale))
     }
 
     fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {

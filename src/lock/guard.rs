@@ -151,8 +151,8 @@ impl Drop for LockGuard {
 /// `resend`: an earlier send of the same request may have run.
 fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
     let (holder, lease) = (holder.clone(), lease.clone());
-    let runtime = holder.inner().runtime.clone();
-    runtime.spawn(async move {
+    let inner = holder.client.inner.clone();
+    inner.spawn(async move {
         if let Err(e) = holder.release(&lease, &request_id, resend).await {
             tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");
         }

@@ -42,8 +42,13 @@ pub(crate) struct ReleaseRequest<'a> {
 impl ReleaseRequest<'_> {
     /// The scripts' resend flag.
     pub(crate) fn resend_flag(&self) -> &'static str {
-        if self.resend { "1" } else { "0" }
+        flag(self.resend)
     }
+}
+
+/// A flag as the scripts read it.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
 }
 
 /// One lock kind's server side: names, and the script call of each operation. The holder runs
@@ -58,8 +63,11 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// Where the owner's holds live, for the watchdog.
     fn renewal(&self, owner: &Arc<str>) -> RenewTarget;
     /// Takes a hold; replies `{status, value}` as [`run_acquire`] reads. `waiting`: the caller
-    /// waits when refused (a fair lock queues it; others ignore it).
-    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool) -> ScriptCall;
+    /// waits when refused (a fair lock queues it; others ignore it). `stale`: the client knows of
+    /// no live hold of the owner on this side, so a hold the server still has for it is a
+    /// leftover (a release or repair whose outcome never reached the client) and must be
+    /// replaced by a fresh grant with a new token, never answered as reentrant.
+    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall;
     /// Gives back one hold; must be idempotent per request id when `request.resend` is set.
     /// Replies as [`parse_release`] reads.
     fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall;
@@ -126,6 +134,12 @@ impl Holds {
     /// The holds the owner has on the server, as far as the client knows.
     pub(crate) fn count(&self) -> u32 {
         self.count
+    }
+
+    /// Whether the owner holds the lock with a lease not known to be lost: only then may an
+    /// acquire be answered as one more hold of it (sharing its token).
+    fn live(&self) -> bool {
+        self.count > 0 && self.lease.as_ref().is_some_and(|l| !l.is_lost())
     }
 }
 
@@ -254,6 +268,36 @@ impl Holder {
         Ok(())
     }
 
+    /// Sets the server back to the client's count of this owner's holds, in the background,
+    /// after an operation whose outcome is unknown could not be put right at once (Redis did not
+    /// answer). Tries until it succeeds or until a leftover hold of `lease_ms` would have run out
+    /// by itself. Meanwhile the owner's next acquire replaces any leftover with a fresh grant
+    /// (see [`LockOps::acquire`]), so a new guard never inherits an old token either way.
+    fn settle_later(self: &Arc<Self>, lease_ms: u64) {
+        let holder = self.clone();
+        let give_up = Instant::now() + Duration::from_millis(lease_ms);
+        self.inner().spawn(async move {
+            let mut pause = SETTLE_RETRY;
+            loop {
+                tokio::time::sleep(pause).await;
+                let holds = holder.holds.lock().await;
+                let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
+                match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
+                    Ok(()) => return,
+                    Err(e) if Instant::now() >= give_up => {
+                        tracing::warn!(lock = %holder.name(), error = %e, "gave up setting a leftover hold right; it has run out by now");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(lock = %holder.name(), error = %e, "setting a leftover hold right failed; retrying");
+                    }
+                }
+                drop(holds);
+                pause = (pause * 2).min(SETTLE_RETRY_MAX);
+            }
+        });
+    }
+
     fn lease_ms(&self, mode: LeaseMode) -> u64 {
         match mode {
             LeaseMode::Watchdog => self.inner().watchdog.lease().as_millis() as u64,
@@ -285,41 +329,60 @@ impl Holder {
             return Ok(Attempt::Busy { ttl: Some(left) });
         }
         let holds = self.holds.clone().lock_owned().await;
+        // Without a live hold of its own the owner must get a fresh grant: whatever the server
+        // still counts for it is a leftover the client lost track of.
+        let mut stale = !holds.live();
         // From here on the script may run: if this future is dropped, the repair runs instead.
         let mut in_flight = InFlight {
             holder: self.clone(),
             holds: Some(holds),
+            lease_ms,
         };
-        let sent_at = Instant::now();
-        let call = self.ops.acquire(&self.owner, lease_ms, waiting);
-        let reply = run_acquire(self.inner(), &call, self.name()).await;
-        match reply {
-            Ok(Acquired::Granted { token, fresh }) => {
-                let holds = in_flight.disarm();
-                Ok(Attempt::Granted(
-                    self.grant(holds, token, fresh, sent_at, lease_ms, mode),
-                ))
-            }
-            Ok(Acquired::Busy { ttl }) => {
-                let mut holds = in_flight.disarm();
-                if holds.count > 0 {
-                    // Somebody else holds what we thought we held: our hold is gone.
-                    if let Some(old) = holds.lease.take() {
-                        old.mark_lost();
-                        self.inner().local_waiters.releasing(self.name(), &old);
+        loop {
+            let sent_at = Instant::now();
+            let call = self.ops.acquire(&self.owner, lease_ms, waiting, stale);
+            match run_acquire(self.inner(), &call, self.name()).await {
+                Ok(Acquired::Granted { fresh: false, .. })
+                    if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
+                {
+                    if stale {
+                        in_flight.repair().await;
+                        in_flight.disarm();
+                        return Err(Error::unexpected(
+                            "a reentrant grant answered an acquire that asked for a fresh one",
+                        ));
                     }
-                    holds.count = 0;
+                    // The lease ran out here while the grant was on its way: its token belongs
+                    // to guards already told they lost the lock. Ask again for a fresh grant.
+                    stale = true;
                 }
-                Ok(Attempt::Busy { ttl })
-            }
-            Err(e) if e.outcome_unknown() => {
-                in_flight.repair().await;
-                in_flight.disarm();
-                Err(e)
-            }
-            Err(e) => {
-                in_flight.disarm();
-                Err(e)
+                Ok(Acquired::Granted { token, fresh }) => {
+                    let holds = in_flight.disarm();
+                    return Ok(Attempt::Granted(
+                        self.grant(holds, token, fresh, sent_at, lease_ms, mode),
+                    ));
+                }
+                Ok(Acquired::Busy { ttl }) => {
+                    let mut holds = in_flight.disarm();
+                    if holds.count > 0 {
+                        // Somebody else holds what we thought we held: our hold is gone.
+                        if let Some(old) = holds.lease.take() {
+                            old.mark_lost();
+                            self.inner().local_waiters.releasing(self.name(), &old);
+                        }
+                        holds.count = 0;
+                    }
+                    return Ok(Attempt::Busy { ttl });
+                }
+                Err(e) if e.outcome_unknown() => {
+                    in_flight.repair().await;
+                    in_flight.disarm();
+                    return Err(e);
+                }
+                Err(e) => {
+                    in_flight.disarm();
+                    return Err(e);
+                }
             }
         }
     }
@@ -444,7 +507,8 @@ impl Holder {
             Ok(Released::StillHeld) if holds.count == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed).
                 if let Err(e) = self.repair_to(&self.owner, 0, 0).await {
-                    tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; it expires with its lease");
+                    tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
+                    self.settle_later(lease.lease_ms());
                 }
                 Ok(())
             }
@@ -460,7 +524,13 @@ impl Holder {
                 holds.count = 0;
                 Err(self.lost())
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                if e.outcome_unknown() {
+                    // The release may or may not have run: the server may still count the hold.
+                    self.settle_later(lease.lease_ms());
+                }
+                Err(e)
+            }
         };
         if holds.count == 0 {
             holds.lease = None;
@@ -534,8 +604,8 @@ impl Holder {
                             .inner()
                             .local_waiters
                             .releasing(holder.name(), &lease);
-                        let runtime = holder.inner().runtime.clone();
-                        runtime.spawn(async move {
+                        let inner = holder.client.inner.clone();
+                        inner.spawn(async move {
                             take_back(&holder, &to).await;
                             drop(holds);
                         });
@@ -579,6 +649,11 @@ impl Holder {
     }
 }
 
+/// The first pause before a background retry that sets a leftover hold right; it doubles up to
+/// [`SETTLE_RETRY_MAX`].
+const SETTLE_RETRY: Duration = Duration::from_millis(100);
+const SETTLE_RETRY_MAX: Duration = Duration::from_secs(2);
+
 /// Sends with `send(resend)`, and again (as a resend) up to twice when the connection dropped
 /// under a send, whose outcome is then unknown. Only idempotent requests go through here.
 async fn with_resends<T, F, Fut>(resend: bool, mut send: F) -> Result<T>
@@ -615,7 +690,7 @@ impl Drop for PendingHandover {
             return;
         };
         let holder = self.holder.clone();
-        self.holder.inner().runtime.spawn(async move {
+        self.holder.inner().spawn(async move {
             take_back(&holder, &to).await;
             drop(holds);
         });
@@ -643,7 +718,6 @@ impl Drop for Queued<'_> {
             let holder = self.holder.clone();
             self.holder
                 .inner()
-                .runtime
                 .spawn(async move { holder.leave_queue().await });
         }
     }
@@ -655,6 +729,8 @@ impl Drop for Queued<'_> {
 struct InFlight {
     holder: Arc<Holder>,
     holds: Option<OwnedMutexGuard<Holds>>,
+    /// The lease the acquire asked for: how long a grant it may have left behind lives.
+    lease_ms: u64,
 }
 
 impl InFlight {
@@ -666,15 +742,18 @@ impl InFlight {
 
     async fn repair(&mut self) {
         if let Some(holds) = &self.holds {
-            repair(&self.holder, holds).await;
+            repair(&self.holder, holds, self.lease_ms).await;
         }
     }
 }
 
-async fn repair(holder: &Holder, holds: &Holds) {
+/// Sets the server back to `holds` after an acquire (asking for `sent_lease_ms`) whose outcome
+/// is unknown; when Redis does not answer, tries again in the background.
+async fn repair(holder: &Arc<Holder>, holds: &Holds, sent_lease_ms: u64) {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
     if let Err(e) = holder.repair_to(&holder.owner, holds.count, lease_ms).await {
-        tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a stray hold expires with its lease");
+        tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; retrying in the background");
+        holder.settle_later(sent_lease_ms.max(lease_ms));
     }
 }
 
@@ -682,8 +761,9 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(holds) = self.holds.take() {
             let holder = self.holder.clone();
-            self.holder.inner().runtime.spawn(async move {
-                repair(&holder, &holds).await;
+            let lease_ms = self.lease_ms;
+            self.holder.inner().spawn(async move {
+                repair(&holder, &holds, lease_ms).await;
                 drop(holds);
             });
         }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::lock::holder::{LockOps, ReleaseRequest};
+use crate::lock::holder::{LockOps, ReleaseRequest, flag};
 use crate::names;
 use crate::script::{
     LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
@@ -49,12 +49,13 @@ impl LockOps for PlainOps {
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool) -> ScriptCall {
+    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         ScriptCall::new(&LOCK_ACQUIRE)
             .key(&*self.name)
             .key(&self.token_key)
             .arg(owner)
             .arg(lease_ms)
+            .arg(flag(stale))
     }
 
     fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
@@ -91,7 +92,7 @@ impl LockOps for PlainOps {
                 .arg(to_lease_ms)
                 .arg(own_subscribers)
                 .arg(UNLOCK_MESSAGE)
-                .arg(if resend { "1" } else { "0" }),
+                .arg(flag(resend)),
         )
     }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::client::Client;
-use crate::lock::holder::{Holder, LockOps, ReleaseRequest};
+use crate::lock::holder::{Holder, LockOps, ReleaseRequest, flag};
 use crate::lock::rlock::RLock;
 use crate::names;
 use crate::script::{
@@ -153,7 +153,7 @@ impl LockOps for ReadOps {
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool) -> ScriptCall {
+    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
             .key(&*n.name)
@@ -162,6 +162,7 @@ impl LockOps for ReadOps {
             .arg(owner)
             .arg(&*n.write_field)
             .arg(lease_ms)
+            .arg(flag(stale))
     }
 
     fn release(&self, owner: &str, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
@@ -211,7 +212,7 @@ impl LockOps for WriteOps {
 
     /// Replies `{3, 0}` when the owner holds read holds but no write hold: an upgrade, which
     /// would wait for itself, is refused.
-    fn acquire(&self, _owner: &str, lease_ms: u64, _waiting: bool) -> ScriptCall {
+    fn acquire(&self, _owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
         ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
@@ -220,6 +221,7 @@ impl LockOps for WriteOps {
             .arg(lease_ms)
             .arg(&*n.owner)
             .arg(&n.base)
+            .arg(flag(stale))
     }
 
     fn release(&self, _owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
