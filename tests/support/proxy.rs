@@ -90,12 +90,15 @@ impl Proxy {
     }
 
     pub fn set(&self, new: Mode) {
-        let old = self.mode.send_replace(new);
+        let old = *self.mode.borrow();
+        // Connections are cut before the new mode is published: a pump holding bytes back in a
+        // blackhole must not see the mode change and pass them on before it is aborted.
         if new == Mode::Reset || (old == Mode::DropReplies && new != Mode::DropReplies) {
             for task in self.tasks.lock().unwrap().drain(..) {
                 task.abort();
             }
         }
+        self.mode.send_replace(new);
     }
 }
 

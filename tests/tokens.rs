@@ -1,0 +1,241 @@
+//! Fencing tokens when the client's view of its holds is wrong: a hold the server still has but
+//! the client lost track of (a lost acquire reply whose repair failed too, a failed unlock) is
+//! never answered as "one more hold" of a new guard. Every new guard's token is greater than
+//! every token granted before, for every kind of lock.
+
+mod support;
+
+use std::time::Duration;
+
+use ferrisson::{Client, RLock};
+use redis::AsyncCommands;
+use support::{Mode, Proxy, RedisServer, builder_for, client, eventually};
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Plain,
+    Fair,
+    Fenced,
+    Read,
+    Write,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Plain,
+    Kind::Fair,
+    Kind::Fenced,
+    Kind::Read,
+    Kind::Write,
+];
+
+fn handle(client: &Client, kind: Kind, name: &str) -> RLock {
+    match kind {
+        Kind::Plain => client.get_lock(name),
+        Kind::Fair => client.get_fair_lock(name),
+        Kind::Fenced => (*client.get_fenced_lock(name)).clone(),
+        Kind::Read => client.get_read_write_lock(name).read_lock(),
+        Kind::Write => client.get_read_write_lock(name).write_lock(),
+    }
+}
+
+/// Writes into Redis a hold of `owner` that its client knows nothing of, as a release or
+/// repair that never reached the server leaves it: two holds, granted with a token at most 41.
+async fn plant_leftover(server: &RedisServer, kind: Kind, name: &str, owner: &str) {
+    let mut raw = server.raw().await;
+    let _: () = raw
+        .set(format!("redisson_lock_token:{{{name}}}"), 41)
+        .await
+        .unwrap();
+    let mut hset = redis::cmd("HSET");
+    hset.arg(name);
+    match kind {
+        Kind::Plain | Kind::Fair | Kind::Fenced => hset.arg(owner).arg(2),
+        Kind::Read => hset.arg("mode").arg("read").arg(owner).arg(2),
+        Kind::Write => hset
+            .arg("mode")
+            .arg("write")
+            .arg(format!("{owner}:write"))
+            .arg(2),
+    };
+    let _: () = hset.query_async(&mut raw).await.unwrap();
+    let _: () = raw.pexpire(name, 30_000).await.unwrap();
+    if let Kind::Read = kind {
+        for k in 1..=2 {
+            let key = format!("{{{name}}}:{owner}:rwlock_timeout:{k}");
+            let _: () = raw.pset_ex(key, 1, 30_000).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_hold_is_replaced_by_a_fresh_grant_for_every_kind() {
+    let server = RedisServer::start();
+    for kind in KINDS {
+        let name = format!("leftover-{kind:?}");
+        // A new client, so the handle below is its first owner, `<client-id>:1`.
+        let client = client(&server).await;
+        let owner = format!("{}:1", client.id());
+        let lock = handle(&client, kind, &name);
+        plant_leftover(&server, kind, &name, &owner).await;
+
+        let guard = lock.lock().await.unwrap();
+        assert_eq!(
+            guard.fencing_token(),
+            42,
+            "{kind:?}: a new guard gets a new token, not the leftover's"
+        );
+        assert_eq!(
+            lock.hold_count().await.unwrap(),
+            1,
+            "{kind:?}: the leftover holds are gone, the new guard holds once"
+        );
+        let again = lock.lock().await.unwrap();
+        assert_eq!(
+            again.fencing_token(),
+            42,
+            "{kind:?}: a reentrant hold of a live guard shares its token"
+        );
+        again.unlock().await.unwrap();
+        guard.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap(), "{kind:?}: freed");
+        if let Kind::Read = kind {
+            let mut raw = server.raw().await;
+            let left: Vec<String> = raw.keys(format!("{{{name}}}:*")).await.unwrap();
+            assert!(left.is_empty(), "leftover read timeouts remain: {left:?}");
+        }
+    }
+}
+
+/// A client behind a fault proxy, with a short response timeout.
+async fn proxied(server: &RedisServer) -> (Proxy, Client) {
+    let proxy = Proxy::start(server.port()).await;
+    let client = builder_for(&proxy.url())
+        .response_timeout(Duration::from_millis(400))
+        .connection_timeout(Duration::from_millis(400))
+        .build()
+        .await
+        .unwrap();
+    (proxy, client)
+}
+
+/// Cuts every connection through `proxy` (throwing away whatever they held back), lets traffic
+/// pass again, and waits until `client` has its connection back (the first command on a cut
+/// connection fails, and the client reconnects).
+async fn reconnect(proxy: &Proxy, client: &Client) {
+    proxy.set(Mode::Reset);
+    proxy.set(Mode::Pass);
+    let probe = client.get_lock("probe");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            probe.is_locked().await.is_ok()
+        })
+        .await,
+        "the client reconnects"
+    );
+}
+
+/// The path: a read acquire runs on the server but its reply is lost; the repair that
+/// should take the hold back never reaches the server either. The owner's next read acquire
+/// must not present that leftover as a new guard with whatever token the counter holds (which
+/// another reader's grant moved meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_never_share_a_token_after_a_lost_reply_and_a_failed_repair() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let first = client.get_read_write_lock("shared-token");
+    let second = client.get_read_write_lock("shared-token");
+
+    server.reset_stats().await;
+    proxy.set(Mode::DropReplies);
+    let attempt = tokio::spawn({
+        let read = first.read_lock();
+        async move { read.lock().await }
+    });
+    assert!(
+        server.calls_reach("evalsha", 1).await,
+        "the read acquire reached the server"
+    );
+    // The acquire ran; now nothing gets through: its repair hangs and fails.
+    proxy.set(Mode::Blackhole);
+    let failed = tokio::time::timeout(Duration::from_secs(5), attempt)
+        .await
+        .expect("the acquire gives up within its timeouts")
+        .unwrap();
+    assert!(failed.is_err(), "the acquire's reply never came");
+    reconnect(&proxy, &client).await;
+
+    let mut raw = server.raw().await;
+    let owner = format!("{}:1", client.id());
+    let leftover: Option<u32> = raw.hget("shared-token", &owner).await.unwrap();
+    // The background retry of the repair may already have removed it; either way the
+    // property below must hold, and with the leftover still there it is the path under test.
+    eprintln!("leftover read holds of the first owner: {leftover:?}");
+
+    let other = second.read_lock().lock().await.unwrap();
+    let again = first.read_lock().lock().await.unwrap();
+    assert_ne!(
+        again.fencing_token(),
+        other.fencing_token(),
+        "two owners hold the same token"
+    );
+    assert!(again.fencing_token() > other.fencing_token());
+    assert_eq!(first.read_lock().hold_count().await.unwrap(), 1);
+    again.unlock().await.unwrap();
+    other.unlock().await.unwrap();
+    assert!(!first.read_lock().is_locked().await.unwrap());
+}
+
+/// A lock is granted, its unlock fails (the server never answers and the release is lost with
+/// the connection), and the same handle locks again: the new guard's token is a new one, for
+/// every kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unlock_is_never_followed_by_a_grant_with_the_old_token() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    for kind in KINDS {
+        let name = format!("failed-unlock-{kind:?}");
+        let lock = handle(&client, kind, &name);
+        let guard = lock.lock().await.unwrap();
+        let first = guard.fencing_token();
+
+        proxy.set(Mode::Blackhole);
+        let unlocked = tokio::time::timeout(Duration::from_secs(5), guard.unlock())
+            .await
+            .expect("the unlock gives up within its timeouts");
+        assert!(unlocked.is_err(), "{kind:?}: the server never answered");
+        reconnect(&proxy, &client).await;
+
+        let again = lock.lock().await.unwrap();
+        assert!(
+            again.fencing_token() > first,
+            "{kind:?}: token {} again after {first}",
+            again.fencing_token()
+        );
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "{kind:?}");
+        again.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap(), "{kind:?}: freed");
+    }
+}
+
+/// The hold a failed unlock leaves behind does not wait for its lease: the client sets it right
+/// as soon as Redis answers again, so other clients get the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hold_a_failed_unlock_leaves_is_taken_back_once_redis_answers() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let lock = client.get_lock("taken-back");
+    let guard = lock.lock().await.unwrap();
+    proxy.set(Mode::Blackhole);
+    assert!(guard.unlock().await.is_err());
+    reconnect(&proxy, &client).await;
+    let mut raw = server.raw().await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut raw = raw.clone();
+            async move { !raw.exists::<_, bool>("taken-back").await.unwrap() }
+        })
+        .await,
+        "the leftover of the failed unlock is still there (its lease is 30 s)"
+    );
+    let _: () = raw.ping().await.unwrap();
+}
