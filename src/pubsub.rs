@@ -39,6 +39,9 @@ struct Channel {
     confirmed: bool,
     /// Waiters to tell once the subscription is confirmed (or has failed).
     pending: Vec<oneshot::Sender<()>>,
+    /// Changes whenever something may have been published on the channel that this client
+    /// did not hear as it happened: a message came, or the subscription started or ended.
+    stamp: u64,
 }
 
 #[derive(Debug)]
@@ -64,9 +67,15 @@ impl Waiter {
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     next_waiter: AtomicU64,
+    /// Source of channel stamps: every stamp ever given out differs from every other.
+    next_stamp: AtomicU64,
 }
 
 impl Shared {
+    fn new_stamp(&self) -> u64 {
+        self.next_stamp.fetch_add(1, Ordering::Relaxed)
+    }
+
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // A panic while holding this lock cannot leave the map half-changed in a way that
         // matters more than losing every waiter, so the poison flag is ignored.
@@ -163,10 +172,17 @@ impl Hub {
     /// Whether the hub is subscribed to `channel` right now (Redis confirmed it on the current
     /// connection): the releasing side of a handover counts its own subscriber with this.
     pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.stamp(channel).is_some()
+    }
+
+    /// While the hub is subscribed to `channel`, a stamp that stays the same as long as nothing
+    /// has been published there: two equal stamps mean the hub was subscribed all along in
+    /// between and heard no message. `None` while not subscribed.
+    pub(crate) fn stamp(&self, channel: &str) -> Option<u64> {
         self.shared
             .channels()
             .get(channel)
-            .is_some_and(|c| c.confirmed)
+            .and_then(|c| c.confirmed.then_some(c.stamp))
     }
 }
 
@@ -256,6 +272,7 @@ impl HubTask {
         self.conn = None;
         for entry in self.shared.channels().values_mut() {
             entry.confirmed = false;
+            entry.stamp = self.shared.new_stamp();
         }
     }
 
@@ -345,20 +362,21 @@ impl HubTask {
     /// A SUBSCRIBE of `name` was confirmed: release the waiters waiting for it.
     fn settle(&self, name: &str, ok: bool) {
         if let Some(entry) = self.shared.channels().get_mut(name) {
-            Self::settle_entry(entry, ok);
+            self.settle_entry(entry, ok);
         }
     }
 
     fn settle_all(&self, ok: bool) {
         for entry in self.shared.channels().values_mut() {
-            Self::settle_entry(entry, ok);
+            self.settle_entry(entry, ok);
         }
     }
 
     /// Records a subscription's state and releases its pending waiters. A failed one is not
     /// "requested" any more, so the next waiter asks again.
-    fn settle_entry(entry: &mut Channel, ok: bool) {
+    fn settle_entry(&self, entry: &mut Channel, ok: bool) {
         entry.confirmed = ok;
+        entry.stamp = self.shared.new_stamp();
         entry.requested = ok;
         for tx in entry.pending.drain(..) {
             let _ = tx.send(());
@@ -368,6 +386,9 @@ impl HubTask {
     fn dispatch(&self, message: &redis::Msg) {
         let name = message.get_channel_name();
         let mut channels = self.shared.channels();
+        if let Some(channel) = channels.get_mut(name) {
+            channel.stamp = self.shared.new_stamp();
+        }
         if message.get_payload_bytes() == WAKE_ALL {
             if let Some(channel) = channels.get(name) {
                 Shared::wake_all_of(channel);

@@ -24,10 +24,10 @@ async fn asked_redis(server: &RedisServer, before: u64) {
 }
 
 /// A task waiting in `lock()` on `lock`, by the time it naps; it yields the handle and the
-/// guard. Another owner of the same client holds the lock, and the client's pub/sub hub has not
-/// connected yet: the waiter is answered "busy" locally until the hub's first connection wakes
-/// it to ask Redis once (an unlock may have gone unheard), and then naps for the re-check
-/// interval (5 s). That attempt is seen reaching Redis, and SETTLE lets its reply come back.
+/// guard. Another owner holds the lock: the waiter asks Redis (this client's own view of the
+/// holder is trusted only for holds granted while it listened on the lock's channel), then
+/// naps for the re-check interval (5 s). Its first attempt is seen reaching Redis, and SETTLE
+/// lets the rest of its attempts (after subscribing) come back.
 async fn napping_waiter(
     server: &RedisServer,
     lock: ferrisson::RLock,
@@ -240,32 +240,34 @@ async fn a_java_style_subscriber_blocks_handover_too() {
 async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_locally() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let held = client.get_lock("known").lock().await.unwrap();
+    let channel = "redisson_lock__channel:{known}";
+    let first = client.get_lock("known").lock().await.unwrap();
+    // Two waiters: the first is handed the lock below, the second keeps the client subscribed
+    // to the lock's channel throughout, so the handed hold is one this client has been
+    // listening for since before it was granted.
+    let keeper = napping_waiter(&server, client.get_lock("known")).await;
+    let bystander = napping_waiter(&server, client.get_lock("known")).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            server.subscribers(channel).await == 1
+        })
+        .await
+    );
+    first.unlock().await.unwrap();
+    let (_, held) = tokio::time::timeout(Duration::from_secs(2), keeper)
+        .await
+        .expect("handed over")
+        .unwrap();
+
     let other = client.get_lock("known");
-    let wait = Duration::from_millis(300);
-    // The hub's first connection wakes every waiter to ask Redis (an unlock may have gone
-    // unheard before it): open it before counting. A warm-up whose subscription was confirmed
-    // within its budget asked Redis at least once (when its nap ended), and the connection's
-    // wake-up went out along with that confirmation, during the warm-up. One whose subscription
-    // was not confirmed in time asked nothing: the connection may come up only later.
-    let mut warm = false;
-    for _ in 0..5 {
-        server.reset_stats().await;
-        let (busy, subscribed) = tokio::join!(
-            other.try_lock_for(wait, None),
-            eventually(wait, || async {
-                server.subscribers("redisson_lock__channel:{known}").await >= 1
-            }),
-        );
-        assert!(busy.unwrap().is_none());
-        if subscribed && server.calls("evalsha").await >= 1 {
-            warm = true;
-            break;
-        }
-    }
-    assert!(warm, "no warm-up had its subscription confirmed in time");
     server.reset_stats().await;
-    assert!(other.try_lock_for(wait, None).await.unwrap().is_none());
+    assert!(
+        other
+            .try_lock_for(Duration::from_millis(300), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         server.calls("evalsha").await,
         1,
@@ -275,8 +277,51 @@ async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_loc
     assert!(other.try_lock().await.unwrap().is_none());
     assert_eq!(server.calls("evalsha").await, 2);
     held.unlock().await.unwrap();
-    let guard = other.try_lock().await.unwrap().expect("free once released");
+    let (_, last) = tokio::time::timeout(Duration::from_secs(2), bystander)
+        .await
+        .expect("handed over to the bystander")
+        .unwrap();
+    last.unlock().await.unwrap();
+}
+
+/// Issue 9, item 3: another client forced the lock open while nobody of this client listened
+/// on its channel; a waiter arriving afterwards must not trust this client's stale view of the
+/// holder and nap for the re-check interval (5 s) on a free lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_does_not_sleep_on_a_lock_forced_open_before_it_came() {
+    let server = RedisServer::start();
+    let here = client(&server).await;
+    let elsewhere = client(&server).await;
+    // Open the hub's connection first (a first connection wakes every waiter to ask Redis,
+    // which would hide the fault): one short wait on another lock.
+    let busy = here.get_lock("warm-up").lock().await.unwrap();
+    let warm = here.get_lock("warm-up");
+    assert!(
+        warm.try_lock_for(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    busy.unlock().await.unwrap();
+    let held = here.get_lock("forced-before").lock().await.unwrap();
+    assert!(
+        elsewhere
+            .get_lock("forced-before")
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let started = Instant::now();
+    let guard = tokio::time::timeout(
+        Duration::from_secs(1),
+        here.get_lock("forced-before").lock(),
+    )
+    .await
+    .expect("the lock is free in Redis: granted without waiting for a re-check")
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
     guard.unlock().await.unwrap();
+    assert!(held.unlock().await.is_err(), "the forced-open hold is lost");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

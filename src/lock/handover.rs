@@ -118,6 +118,10 @@ pub(crate) struct LocalWaiters {
 struct LocalHold {
     owner: Arc<str>,
     lease: Arc<Lease>,
+    /// The hub's stamp of the lock's channel just before the grant was sent (`None`: not
+    /// subscribed then). While the stamp is unchanged, nobody can have unlocked the lock
+    /// behind the client's back without the client hearing of it.
+    stamp: Option<u64>,
 }
 
 /// Below this much lease left, a local holder is not trusted to still hold the lock.
@@ -133,11 +137,19 @@ impl LocalWaiters {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `owner` was granted `name` anew, under `lease`.
-    pub(crate) fn granted(&self, name: &Arc<str>, owner: &Arc<str>, lease: &Arc<Lease>) {
+    /// `owner` was granted `name` anew, under `lease`, by a script sent when the hub's stamp of
+    /// the lock's channel was `stamp`.
+    pub(crate) fn granted(
+        &self,
+        name: &Arc<str>,
+        owner: &Arc<str>,
+        lease: &Arc<Lease>,
+        stamp: Option<u64>,
+    ) {
         let hold = LocalHold {
             owner: owner.clone(),
             lease: lease.clone(),
+            stamp,
         };
         self.held().insert(name.clone(), hold);
     }
@@ -160,11 +172,19 @@ impl LocalWaiters {
     }
 
     /// When another owner of this client holds `name` with a live lease, how long that lease
-    /// has left: asking Redis would only hear "busy".
-    pub(crate) fn held_by_other(&self, name: &str, owner: &str) -> Option<Duration> {
+    /// has left: asking Redis would only hear "busy". Only trusted while the hub has been
+    /// subscribed to the lock's channel since before that hold was granted and heard nothing
+    /// there (`stamp`, the channel's stamp now, equals the one taken then): otherwise another
+    /// client may have forced the lock open or deleted it, and only Redis knows.
+    pub(crate) fn held_by_other(
+        &self,
+        name: &str,
+        owner: &str,
+        stamp: Option<u64>,
+    ) -> Option<Duration> {
         let held = self.held();
         let hold = held.get(name)?;
-        if &*hold.owner == owner || hold.lease.is_lost() {
+        if &*hold.owner == owner || hold.lease.is_lost() || stamp.is_none() || hold.stamp != stamp {
             return None;
         }
         let left = hold

@@ -115,6 +115,15 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// When and how an acquire was sent.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Instant,
+    lease_ms: u64,
+    /// The hub's stamp of the lock's channel then (kinds that hand over only).
+    stamp: Option<u64>,
+}
+
 /// How a grant's lease is kept.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LeaseMode {
@@ -317,13 +326,20 @@ impl Holder {
         ask_server: bool,
     ) -> Result<Attempt<LockGuard>> {
         let lease_ms = self.lease_ms(mode);
+        // Taken before the acquire is sent: a grant recorded with it is trusted by this
+        // client's other owners only while nothing was published on the channel since.
+        let stamp = if self.ops.hands_over() {
+            self.inner().hub.stamp(&self.channel)
+        } else {
+            None
+        };
         if self.ops.hands_over()
             && waiting
             && !ask_server
-            && let Some(left) = self
-                .inner()
-                .local_waiters
-                .held_by_other(self.name(), &self.owner)
+            && let Some(left) =
+                self.inner()
+                    .local_waiters
+                    .held_by_other(self.name(), &self.owner, stamp)
         {
             // Another owner of this client holds it: it hands the lock over or publishes.
             return Ok(Attempt::Busy { ttl: Some(left) });
@@ -358,8 +374,13 @@ impl Holder {
                 }
                 Ok(Acquired::Granted { token, fresh }) => {
                     let holds = in_flight.disarm();
+                    let sent = Sent {
+                        at: sent_at,
+                        lease_ms,
+                        stamp,
+                    };
                     return Ok(Attempt::Granted(
-                        self.grant(holds, token, fresh, sent_at, lease_ms, mode),
+                        self.grant(holds, token, fresh, sent, mode),
                     ));
                 }
                 Ok(Acquired::Busy { ttl }) => {
@@ -392,10 +413,14 @@ impl Holder {
         mut holds: OwnedMutexGuard<Holds>,
         token: u64,
         fresh: bool,
-        sent_at: Instant,
-        lease_ms: u64,
+        sent: Sent,
         mode: LeaseMode,
     ) -> LockGuard {
+        let Sent {
+            at: sent_at,
+            lease_ms,
+            stamp,
+        } = sent;
         let reentered = match &holds.lease {
             Some(lease) if holds.count > 0 && !fresh && !lease.is_lost() => Some(lease.clone()),
             _ => None,
@@ -416,7 +441,7 @@ impl Holder {
                 if self.ops.hands_over() {
                     self.inner()
                         .local_waiters
-                        .granted(self.ops.name(), &self.owner, &lease);
+                        .granted(self.ops.name(), &self.owner, &lease, stamp);
                 }
                 lease
             }
@@ -573,6 +598,7 @@ impl Holder {
             offer: Some(offer),
         };
         let sent_at = Instant::now();
+        let stamp = self.inner().hub.stamp(&self.channel);
         let to_ref: &str = &to;
         let result = with_resends(false, |resend| async move {
             // Counted at each send: the script subtracts this client's own subscriber.
@@ -593,7 +619,7 @@ impl Holder {
                 // the lock is taken.
                 self.inner()
                     .local_waiters
-                    .granted(self.ops.name(), &to, &handed);
+                    .granted(self.ops.name(), &to, &handed, stamp);
                 let (holder, lease) = (self.clone(), handed.clone());
                 offer.granted(
                     handed,
