@@ -48,6 +48,24 @@ impl RenewTarget {
             RenewTarget::ReadHolds { .. } => &RWLOCK_READ_RENEW,
         }
     }
+
+    /// The renewal of this one hold to a TTL of `lease_ms`; replies `[1]` when it was still
+    /// held (and got the TTL), `[0]` when not.
+    pub(crate) fn call(&self, lease_ms: u64) -> ScriptCall {
+        let call = ScriptCall::new(self.script());
+        match self {
+            RenewTarget::HashField { key, field } => call.key(&**key).arg(lease_ms).arg(&**field),
+            RenewTarget::ReadHolds {
+                key,
+                owner,
+                timeouts,
+            } => call
+                .key(&**key)
+                .key(&**timeouts)
+                .arg(lease_ms)
+                .arg(&**owner),
+        }
+    }
 }
 
 /// What the watchdog needs to renew one lease.

@@ -144,3 +144,130 @@ async fn one_lost_part_makes_the_guard_lost() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Issue 9, item 1: client B holds `m:b` for 1.2 s; A asks for `[m:a, m:b]` with a 300 ms fixed
+/// lease and waits for `m:b`. Meanwhile B keeps trying to take `m:a`. The part A took first must
+/// stay A's for the whole wait, and the guard A gets must have every part held, on the fixed
+/// lease. Both `lock_with_lease` and `try_lock_for(wait, Some(lease))`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_multilock_never_returns_a_guard_with_a_part_taken_by_another() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    for bounded in [false, true] {
+        let (first, second) = if bounded {
+            ("m:fixed-a2", "m:fixed-b2")
+        } else {
+            ("m:fixed-a1", "m:fixed-b1")
+        };
+        let blocker = b
+            .get_lock(second)
+            .lock_with_lease(Duration::from_millis(1200))
+            .await
+            .unwrap();
+        let multi = MultiLock::new([a.get_lock(first), a.get_lock(second)]);
+        let lease = Duration::from_millis(300);
+        let acquire = tokio::spawn(async move {
+            if bounded {
+                multi
+                    .try_lock_for(Duration::from_secs(5), Some(lease))
+                    .await
+                    .unwrap()
+                    .expect("granted within the wait")
+            } else {
+                multi.lock_with_lease(lease).await.unwrap()
+            }
+        });
+        // Once A has taken its first part, B tries to take it, again and again, until A has its
+        // guard.
+        let rival = b.get_lock(first);
+        assert!(
+            support::eventually(Duration::from_secs(2), || async {
+                rival.is_locked().await.unwrap()
+            })
+            .await
+        );
+        let mut stolen = None;
+        while !acquire.is_finished() {
+            if let Some(guard) = rival.try_lock().await.unwrap() {
+                stolen = Some(guard);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let guard = tokio::time::timeout(Duration::from_secs(5), acquire)
+            .await
+            .expect("granted once the blocker's lease ran out")
+            .unwrap();
+        assert!(
+            stolen.is_none(),
+            "{first} was taken by another client while the MultiLock waited (bounded: {bounded})"
+        );
+        drop(blocker);
+        assert!(!guard.is_lost());
+        let mut raw = server.raw().await;
+        for part in [first, second] {
+            let owners: Vec<String> = raw.hkeys(part).await.unwrap();
+            assert_eq!(owners.len(), 1, "{part}: {owners:?}");
+            assert!(
+                owners[0].starts_with(&a.id().to_string()),
+                "{part} is held by {owners:?}, not by the MultiLock's client"
+            );
+            let pttl: i64 = raw.pttl(part).await.unwrap();
+            assert!(
+                (1..=300).contains(&pttl),
+                "{part}: TTL {pttl} ms, not the fixed 300 ms lease"
+            );
+        }
+        // The fixed lease is not renewed: the parts run out, and the guard says so.
+        tokio::time::timeout(Duration::from_secs(2), guard.lost())
+            .await
+            .expect("the fixed lease runs out");
+        assert!(
+            support::eventually(Duration::from_secs(1), || async {
+                rival.try_lock().await.unwrap().is_some()
+            })
+            .await,
+            "{first} is free once its fixed lease ran out"
+        );
+    }
+}
+
+/// A part forced open by another client while the MultiLock waits for a later one: the
+/// MultiLock finds it out when it sets the fixed lease, lets everything go and starts over, so
+/// the guard it returns holds every part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_forced_open_during_the_wait_is_taken_again_before_the_guard_is_returned() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let blocker = b
+        .get_lock("m:forced-b")
+        .lock_with_lease(Duration::from_millis(600))
+        .await
+        .unwrap();
+    let multi = MultiLock::new([a.get_lock("m:forced-a"), a.get_lock("m:forced-b")]);
+    let acquire =
+        tokio::spawn(async move { multi.lock_with_lease(Duration::from_secs(5)).await.unwrap() });
+    let first = b.get_lock("m:forced-a");
+    assert!(
+        support::eventually(Duration::from_secs(2), || async {
+            first.is_locked().await.unwrap()
+        })
+        .await
+    );
+    assert!(first.force_unlock().await.unwrap());
+    let guard = tokio::time::timeout(Duration::from_secs(5), acquire)
+        .await
+        .expect("granted after the blocker's lease ran out")
+        .unwrap();
+    drop(blocker);
+    assert!(!guard.is_lost(), "a part of the returned guard is lost");
+    for part in ["m:forced-a", "m:forced-b"] {
+        assert!(
+            a.get_lock(part).is_locked().await.unwrap(),
+            "{part} is not held"
+        );
+    }
+    guard.unlock().await.unwrap();
+}

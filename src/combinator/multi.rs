@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use futures::future::join_all;
+
 use tokio::time::Instant;
 
 use crate::combinator::release_all;
@@ -14,6 +16,13 @@ use crate::lock::{LockGuard, RLock, lease_ms};
 /// MultiLocks over the same locks never deadlock, whatever order they were given in. On any
 /// failure, or when the wait budget runs out, every part already acquired is released before the
 /// call returns. Parts may be any lock handles: plain, fair, read or write sides.
+///
+/// With a fixed lease ([`lock_with_lease`](Self::lock_with_lease),
+/// [`try_lock_for`](Self::try_lock_for) with `Some(lease)`), the parts taken first are held on
+/// a renewed lease while the later ones are waited for, and get the fixed lease only once all
+/// are held (one more round trip, in parallel over the parts), each checked to be still held
+/// then. A guard is never returned while a part is lost: a part lost meanwhile (forced open)
+/// makes the MultiLock release everything and start over, within the wait budget.
 ///
 /// # Examples
 ///
@@ -92,7 +101,6 @@ impl MultiLock {
     /// # Ok(()) }
     /// ```
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        lease_ms(lease)?;
         self.acquire(None, Some(lease))
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
@@ -147,9 +155,6 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        if let Some(lease) = lease {
-            lease_ms(lease)?;
-        }
         self.acquire(Some(wait), lease).await
     }
 
@@ -159,17 +164,58 @@ impl MultiLock {
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
+        let lease_ms = lease.map(lease_ms).transpose()?;
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        loop {
+            // Every part but the last is taken on a watchdog lease, renewed while the later
+            // parts are waited for: a fixed lease taken early could run out (and the part be
+            // taken by somebody else) before the last part is ours.
+            let Some(mut guards) = self.acquire_parts(deadline, lease).await? else {
+                return Ok(None);
+            };
+            // Then the earlier parts get the fixed lease, each checked to be still ours.
+            let last = guards.len() - 1;
+            let held = match lease_ms {
+                Some(ms) => {
+                    let early = guards[..last].iter_mut().map(|g| g.fix_lease(ms));
+                    let fixed = join_all(early).await;
+                    match fixed.into_iter().collect::<Result<Vec<bool>>>() {
+                        Ok(held) => held.into_iter().all(|h| h),
+                        Err(e) => {
+                            let _ = release_all(guards).await;
+                            return Err(e);
+                        }
+                    }
+                }
+                None => !guards.iter().any(LockGuard::is_lost),
+            };
+            if held {
+                return Ok(Some(MultiGuard { guards }));
+            }
+            // A part was lost while the others were waited for (forced open, say): start over.
+            let _ = release_all(guards).await;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Takes every part in order within `deadline`, all but the last on a watchdog lease, the
+    /// last with `lease`; `None` (with nothing held) when the deadline passes.
+    async fn acquire_parts(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<LockGuard>>> {
         // Parts dropped on an early return release themselves in the background; releasing them
         // here first keeps "nothing held" true when the call returns.
         let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let part = match deadline {
-                None => match lease {
-                    None => lock.lock().await.map(Some),
-                    Some(lease) => lock.lock_with_lease(lease).await.map(Some),
-                },
-                Some(deadline) => {
+        for (i, lock) in self.locks.iter().enumerate() {
+            let lease = lease.filter(|_| i + 1 == self.locks.len());
+            let part = match (deadline, lease) {
+                (None, None) => lock.lock().await.map(Some),
+                (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+                (Some(deadline), lease) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     lock.try_lock_for(left, lease).await
                 }
@@ -186,7 +232,7 @@ impl MultiLock {
                 }
             }
         }
-        Ok(Some(MultiGuard { guards }))
+        Ok(Some(guards))
     }
 }
 

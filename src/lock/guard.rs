@@ -107,6 +107,15 @@ impl LockGuard {
         self.lease.is_lost()
     }
 
+    /// Turns this watchdog-renewed hold into one with a fixed lease of `lease_ms` from now, and
+    /// checks that it is still held: `Ok(false)` (and the guard lost) when it is not. For
+    /// combinators, whose early parts are renewed while they wait for the later ones.
+    pub(crate) async fn fix_lease(&mut self, lease_ms: u64) -> Result<bool> {
+        debug_assert!(self.renewed, "only a renewed hold is given a fixed lease");
+        self.renewed = false;
+        self.holder.fix_lease(&self.lease, lease_ms).await
+    }
+
     /// When Redis may expire this hold unless a renewal confirms it before.
     pub(crate) fn deadline(&self) -> tokio::time::Instant {
         self.lease.deadline()

@@ -479,16 +479,50 @@ impl Holder {
     /// A guard of `lease` is gone (unlocked or dropped). The last watchdog-held one stops the
     /// renewal, before its release is sent: holds with a fixed lease are never renewed.
     pub(crate) fn guard_gone(&self, lease: &Lease, renewed: bool) {
-        let mut guards = lease.guards();
-        guards.live = guards.live.saturating_sub(1);
-        if renewed {
-            guards.renewed = guards.renewed.saturating_sub(1);
+        {
+            let mut guards = lease.guards();
+            guards.live = guards.live.saturating_sub(1);
         }
+        if renewed {
+            self.renewing_guard_gone(lease);
+        }
+    }
+
+    /// One guard of `lease` no longer wants it renewed; the last one stops the renewal.
+    /// Returns whether other guards still want it.
+    fn renewing_guard_gone(&self, lease: &Lease) -> bool {
+        let mut guards = lease.guards();
+        guards.renewed = guards.renewed.saturating_sub(1);
         if guards.renewed == 0
             && let Some(id) = guards.renewal.take()
         {
             self.inner().watchdog.deregister(id);
         }
+        guards.renewed > 0
+    }
+
+    /// Turns a watchdog-renewed guard's hold into one with a fixed lease of `lease_ms` from now
+    /// (unless other guards of the same hold still want it renewed: then it is only checked),
+    /// and checks on the server that the owner still holds it. `Ok(false)`, with the lease
+    /// marked lost, when it does not.
+    pub(crate) async fn fix_lease(&self, lease: &Lease, lease_ms: u64) -> Result<bool> {
+        let still_renewed = self.renewing_guard_gone(lease);
+        let ttl_ms = if still_renewed {
+            self.lease_ms(LeaseMode::Watchdog)
+        } else {
+            lease_ms
+        };
+        let sent_at = Instant::now();
+        let call = self.ops.renewal(&self.owner).call(ttl_ms);
+        let held: Vec<i64> = self.inner().executor.run(&call, self.name()).await?;
+        if held.first() != Some(&1) {
+            lease.mark_lost();
+            return Ok(false);
+        }
+        if !still_renewed {
+            lease.extended(sent_at, lease_ms);
+        }
+        Ok(true)
     }
 
     /// Gives back one hold of `lease`.
