@@ -6,7 +6,7 @@
 -- KEYS[1]  the lock hash (field <owner> -> hold count)
 -- KEYS[2]  the queue of waiting owners (redisson_lock_queue:{name})
 -- KEYS[3]  waiter deadlines, owner -> server time in ms (redisson_lock_timeout:{name})
--- KEYS[4]  the fencing counter
+-- KEYS[4]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  queue timeout in ms: how long a waiter keeps its place without calling again
@@ -15,7 +15,7 @@
 -- ARGV[6]  '1' when the client knows of no live hold of this owner: a hold the server still has
 --          for it is stale and is replaced by a fresh grant (a new token)
 --
--- Replies: {1, token} granted anew; {2, token} one more hold (token: the counter's current value);
+-- Replies: {1, token} granted anew (the slot counter after its INCR); {2, 0} one more hold;
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
 -- waiter is first, how long that waiter keeps its turn (-1: no TTL).
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
@@ -72,7 +72,7 @@ if redis.call('exists', KEYS[1]) == 1 then
     end
     redis.call('hincrby', KEYS[1], owner, 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
-    return {2, tonumber(counter) or 0}
+    return {2, 0}
   end
   keep_place()
   return {0, redis.call('pttl', KEYS[1])}

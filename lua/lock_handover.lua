@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_lock__channel:{name})
--- KEYS[3]  the fencing counter of the lock name
+-- KEYS[3]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
+-- KEYS[4]  (fenced locks only) Redisson's counter of the lock name
 -- ARGV[1]  owner giving the hold back
 -- ARGV[2]  the waiter the lock is handed to
 -- ARGV[3]  the waiter's lease in ms
@@ -16,14 +17,17 @@
 --
 -- Replies {status, value}:
 --   {3, token}  handed over: the owner's hold is gone and the waiter holds the lock once, with
---               its lease; token is the waiter's fencing token (the counter after its INCR)
+--               its lease; token is the waiter's fencing token, a new one as lock_acquire.lua
+--               hands out
 --   {1, 0}      freed and published (others wait)
 --   {4, holds}  the owner has several holds on the server: nothing changed
 --   {0, 0}      the owner holds nothing: nothing changed
 --   {2, 0}      (resends only) the owner holds nothing and the waiter was not handed the lock:
 --               the first send freed it, or the hold was gone before
--- A resend that finds the waiter holding answers {3, token} again: only the releasing client
--- grants to its waiters, and it does not grant to one whose handover is in doubt.
+-- A resend that finds the waiter holding answers {3, token} again, token being the slot
+-- counter's value now: at least the waiter's real token and no more than the counter, so the
+-- name's later grants still go above it. Only the releasing client grants to its waiters, and
+-- it does not grant to one whose handover is in doubt.
 -- Errors: WRONGTYPE when a key holds another type; the INCR is the first write, so an error
 -- changes nothing.
 
@@ -48,12 +52,27 @@ if others > 0 then
   return {1, 0}
 end
 
+local function counter_error(key, err)
+  if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds no counter')
+  end
+  return redis.error_reply(err)
+end
 local token = redis.pcall('incr', KEYS[3])
 if type(token) == 'table' then
-  if string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true) then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
+  return counter_error(KEYS[3], token.err)
+end
+if KEYS[4] then
+  local named = redis.pcall('incr', KEYS[4])
+  if type(named) == 'table' then
+    return counter_error(KEYS[4], named.err)
   end
-  return redis.error_reply(token.err)
+  if named > token then
+    redis.call('set', KEYS[3], named)
+    token = named
+  elseif token > named then
+    redis.call('set', KEYS[4], token)
+  end
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -4,15 +4,15 @@
 --
 -- KEYS[1]  the lock: hash, 'mode' -> read|write, <owner> -> read holds, <owner>:write -> write holds
 -- KEYS[2]  this owner's read-hold timeout prefix ({name}:<owner>:rwlock_timeout); hold k is ':k'
--- KEYS[3]  the fencing counter
+-- KEYS[3]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  the owner's write field (<owner>:write)
 -- ARGV[3]  lease in ms
 -- ARGV[4]  '1' when the client knows of no live read hold of this owner: read holds the server
 --          still has for it are stale and are dropped before a fresh grant (a new token)
 --
--- Replies: {1, token} the owner's first read hold (token from INCR); {2, token} one more (token:
--- the counter's current value); {0, pttl} write-locked by another owner (pttl -1: no TTL).
+-- Replies: {1, token} the owner's first read hold (token from INCR); {2, 0} one more; {0, pttl}
+-- write-locked by another owner (pttl -1: no TTL).
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
 
 local kind = redis.call('type', KEYS[1]).ok
@@ -35,7 +35,7 @@ end
 
 -- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
 local stale = ARGV[4] == '1' and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-local reply = {2, tonumber(counter) or 0}
+local reply = {2, 0}
 if stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   reply = {1, redis.call('incr', KEYS[3])}
 end

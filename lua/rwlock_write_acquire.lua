@@ -3,7 +3,7 @@
 -- live reader that keeps renewing its own holds cannot keep a dead one's holds alive.
 --
 -- KEYS[1]  the lock hash
--- KEYS[2]  the fencing counter
+-- KEYS[2]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
 -- ARGV[1]  the owner's write field (<owner>:write)
 -- ARGV[2]  lease in ms
 -- ARGV[3]  owner (its read-hold field)
@@ -11,8 +11,7 @@
 -- ARGV[5]  '1' when the client knows of no live write hold of this owner: a write hold the
 --          server still has for it is stale and is replaced by a fresh grant (a new token)
 --
--- Replies: {1, token} granted anew; {2, token} one more write hold (token: counter's current
--- value); {0, pttl} held by others (pttl -1: no TTL); {3, 0} the owner holds read holds but no
+-- Replies: {1, token} granted anew; {2, 0} one more write hold; {0, pttl} held by others (pttl -1: no TTL); {3, 0} the owner holds read holds but no
 -- write hold: an upgrade would wait for itself for ever, so it is refused.
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
 
@@ -60,7 +59,7 @@ if not mode then
   return {1, token}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  local reply = {2, tonumber(counter) or 0}
+  local reply = {2, 0}
   if ARGV[5] == '1' then
     reply = {1, redis.call('incr', KEYS[2])}
     redis.call('hset', KEYS[1], ARGV[1], 1)

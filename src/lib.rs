@@ -11,6 +11,7 @@ mod names;
 mod owner;
 mod pubsub;
 mod script;
+mod slots;
 mod watchdog;
 
 pub use client::Client;

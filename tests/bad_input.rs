@@ -152,20 +152,37 @@ async fn a_key_of_another_type_is_wrong_type_and_stays_untouched() {
     assert_eq!(value, "precious");
     let ttl: i64 = raw.pttl("a-string").await.unwrap();
     assert_eq!(ttl, -1);
-    let tokens: bool = raw.exists("redisson_lock_token:{a-string}").await.unwrap();
-    assert!(!tokens, "no token was handed out for a refused grant");
-
-    // A fencing counter that is not a counter: refused before the lock is written.
-    let _: () = raw
-        .hset("redisson_lock_token:{bad-counter}", "f", 1)
-        .await
-        .unwrap();
-    let err = client.get_lock("bad-counter").lock().await.unwrap_err();
+    let counters: Vec<String> = raw.keys("ferrisson_token:*").await.unwrap();
     assert!(
-        matches!(&err, Error::WrongType { key } if key == "redisson_lock_token:{bad-counter}"),
+        counters.is_empty(),
+        "no token was handed out for a refused grant: {counters:?}"
+    );
+
+    // A fencing counter that is not a counter (the slot's, and a fenced lock's own): refused
+    // before the lock is written.
+    let lock = client.get_lock("bad-counter");
+    let _: () = raw.hset(lock.token_counter_key(), "f", 1).await.unwrap();
+    let err = lock.lock().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key } if *key == lock.token_counter_key()),
         "{err:?}"
     );
     let exists: bool = raw.exists("bad-counter").await.unwrap();
+    assert!(!exists);
+    let _: () = raw
+        .hset("redisson_lock_token:{bad-named}", "f", 1)
+        .await
+        .unwrap();
+    let err = client
+        .get_fenced_lock("bad-named")
+        .lock()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key } if key == "redisson_lock_token:{bad-named}"),
+        "{err:?}"
+    );
+    let exists: bool = raw.exists("bad-named").await.unwrap();
     assert!(!exists);
 }
 
@@ -271,12 +288,12 @@ async fn every_lock_kind_refuses_bad_names_and_foreign_types() {
     let mut left: Vec<String> = raw.keys("*").await.unwrap();
     left.retain(|k| !k.starts_with("redisson_unlock_latch:"));
     left.sort();
-    assert_eq!(
-        left,
-        [
-            "redisson_lock_queue:{fq}",
-            "redisson_lock_token:{mixed-kinds}",
-            "rw-string"
-        ]
-    );
+    let counter = client.get_lock("mixed-kinds").token_counter_key();
+    let mut expected = vec![
+        counter,
+        "redisson_lock_queue:{fq}".into(),
+        "rw-string".into(),
+    ];
+    expected.sort();
+    assert_eq!(left, expected);
 }

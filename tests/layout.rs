@@ -36,9 +36,10 @@ async fn a_held_lock_is_a_hash_of_owner_to_count_with_the_lease_as_ttl() {
     assert_eq!(*count, 2);
     let pttl: i64 = raw.pttl("layout").await.unwrap();
     assert!(pttl > 23_000 && pttl <= 25_000, "pttl {pttl}");
-    let token: u64 = raw.get("redisson_lock_token:{layout}").await.unwrap();
+    let counter = client.get_lock("layout").token_counter_key();
+    let token: u64 = raw.get(&counter).await.unwrap();
     assert_eq!(token, guard.fencing_token());
-    let token_ttl: i64 = raw.pttl("redisson_lock_token:{layout}").await.unwrap();
+    let token_ttl: i64 = raw.pttl(&counter).await.unwrap();
     assert_eq!(token_ttl, -1, "the fencing counter never expires");
 
     again.unlock().await.unwrap();
@@ -74,8 +75,11 @@ async fn a_tagged_name_keeps_its_own_hash_tag() {
     let client = client(&server).await;
     let guard = client.get_lock("{user:1}:lock").lock().await.unwrap();
     let mut raw = server.raw().await;
-    let token: u64 = raw.get("redisson_lock_token:{user:1}:lock").await.unwrap();
+    let counter = client.get_lock("{user:1}:lock").token_counter_key();
+    let token: u64 = raw.get(&counter).await.unwrap();
     assert_eq!(token, guard.fencing_token());
+    // One counter per cluster slot (src/slots.rs checks it shares the slot of the name's tag).
+    assert!(counter.starts_with("ferrisson_token:{"), "{counter}");
     guard.unlock().await.unwrap();
 }
 

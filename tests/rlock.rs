@@ -155,7 +155,8 @@ async fn force_unlock_frees_wakes_and_keeps_the_token_counter() {
         "tokens never go backwards after force_unlock"
     );
     let mut raw = server.raw().await;
-    let counter: u64 = raw.get("redisson_lock_token:{forced}").await.unwrap();
+    let key = client.get_lock("forced").token_counter_key();
+    let counter: u64 = raw.get(&key).await.unwrap();
     assert_eq!(counter, token);
     assert!(matches!(
         guard.unlock().await,

@@ -40,12 +40,16 @@ fn handle(client: &Client, kind: Kind, name: &str) -> RLock {
 
 /// Writes into Redis a hold of `owner` that its client knows nothing of, as a release or
 /// repair that never reached the server leaves it: two holds, granted with a token at most 41.
-async fn plant_leftover(server: &RedisServer, kind: Kind, name: &str, owner: &str) {
+async fn plant_leftover(server: &RedisServer, lock: &RLock, kind: Kind, owner: &str) {
+    let name = lock.name();
     let mut raw = server.raw().await;
-    let _: () = raw
-        .set(format!("redisson_lock_token:{{{name}}}"), 41)
-        .await
-        .unwrap();
+    let _: () = raw.set(lock.token_counter_key(), 41).await.unwrap();
+    if let Kind::Fenced = kind {
+        let _: () = raw
+            .set(format!("redisson_lock_token:{{{name}}}"), 41)
+            .await
+            .unwrap();
+    }
     let mut hset = redis::cmd("HSET");
     hset.arg(name);
     match kind {
@@ -76,7 +80,7 @@ async fn a_leftover_hold_is_replaced_by_a_fresh_grant_for_every_kind() {
         let client = client(&server).await;
         let owner = format!("{}:1", client.id());
         let lock = handle(&client, kind, &name);
-        plant_leftover(&server, kind, &name, &owner).await;
+        plant_leftover(&server, &lock, kind, &owner).await;
 
         let guard = lock.lock().await.unwrap();
         assert_eq!(

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use crate::lock::holder::{LockOps, ReleaseRequest, flag};
 use crate::lock::plain::UNLOCK_MESSAGE;
-use crate::names;
 use crate::script::{
     FAIR_ACQUIRE, FAIR_LEAVE, FAIR_RELEASE, LOCK_FORCE_UNLOCK, LOCK_REPAIR, ScriptCall,
 };
 use crate::watchdog::RenewTarget;
+use crate::{names, slots};
 
 /// A fair lock, Redisson's `RFairLock`: an [`RLock`](crate::RLock) that grants in the order the
 /// waiters arrived.
@@ -40,7 +40,8 @@ pub(crate) struct FairOps {
     name: Arc<str>,
     queue: String,
     deadlines: String,
-    token_key: String,
+    /// The fencing counter of the lock's cluster slot.
+    counter: String,
     /// `redisson_lock__channel:{name}`; a waiter's channel is `<prefix>:<owner>`.
     channel_prefix: String,
     queue_timeout: Duration,
@@ -52,7 +53,7 @@ impl FairOps {
             name: Arc::from(name),
             queue: names::derived("redisson_lock_queue", name),
             deadlines: names::derived("redisson_lock_timeout", name),
-            token_key: names::token_key(name),
+            counter: slots::token_counter(name),
             channel_prefix: names::lock_channel(name),
             queue_timeout,
         }
@@ -84,7 +85,7 @@ impl LockOps for FairOps {
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.deadlines)
-            .key(&self.token_key)
+            .key(&self.counter)
             .arg(owner)
             .arg(lease_ms)
             .arg(self.queue_timeout.as_millis() as u64)

@@ -6,6 +6,8 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::Result;
 use crate::lock::guard::LockGuard;
+use crate::lock::holder::Holder;
+use crate::lock::plain::PlainOps;
 use crate::lock::rlock::RLock;
 use crate::names;
 
@@ -35,8 +37,9 @@ pub struct RFencedLock {
 
 impl RFencedLock {
     pub(crate) fn new(client: Client, name: &str) -> Self {
+        let ops = PlainOps::fenced(name);
         RFencedLock {
-            lock: RLock::new(client, name),
+            lock: RLock::from_holder(Holder::new(client, Box::new(ops)), name),
         }
     }
 

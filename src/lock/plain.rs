@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use crate::lock::holder::{LockOps, ReleaseRequest, flag};
-use crate::names;
 use crate::script::{
     LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
 };
 use crate::watchdog::RenewTarget;
+use crate::{names, slots};
 
 /// The message that wakes one waiter (Redisson's unlock message).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -16,7 +16,10 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 pub(crate) struct PlainOps {
     name: Arc<str>,
     channel: String,
-    token_key: String,
+    /// The fencing counter of the lock's cluster slot.
+    counter: String,
+    /// A fenced lock's second counter: Redisson's per-name one, shared with Java's RFencedLock.
+    name_counter: Option<String>,
 }
 
 impl PlainOps {
@@ -24,7 +27,16 @@ impl PlainOps {
         PlainOps {
             name: Arc::from(name),
             channel: names::lock_channel(name),
-            token_key: names::token_key(name),
+            counter: slots::token_counter(name),
+            name_counter: None,
+        }
+    }
+
+    /// A fenced lock's: its tokens also go through the name's own counter.
+    pub(crate) fn fenced(name: &str) -> Self {
+        PlainOps {
+            name_counter: Some(names::token_key(name)),
+            ..Self::new(name)
         }
     }
 }
@@ -52,7 +64,8 @@ impl LockOps for PlainOps {
     fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         ScriptCall::new(&LOCK_ACQUIRE)
             .key(&*self.name)
-            .key(&self.token_key)
+            .key(&self.counter)
+            .key(&self.name_counter)
             .arg(owner)
             .arg(lease_ms)
             .arg(flag(stale))
@@ -86,7 +99,8 @@ impl LockOps for PlainOps {
             ScriptCall::new(&LOCK_HANDOVER)
                 .key(&*self.name)
                 .key(&self.channel)
-                .key(&self.token_key)
+                .key(&self.counter)
+                .key(&self.name_counter)
                 .arg(owner)
                 .arg(to)
                 .arg(to_lease_ms)

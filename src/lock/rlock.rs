@@ -83,6 +83,25 @@ impl RLock {
         self.holder.name()
     }
 
+    /// The Redis key of the counter this lock's fencing tokens come from:
+    /// `ferrisson_token:{<tag>}`, one per cluster slot and shared by every lock name in that
+    /// slot, so locking many distinct names leaves at most 16,384 counters behind. A fenced
+    /// lock's grants also count in Redisson's per-name `redisson_lock_token:{name}` (see
+    /// [`RFencedLock`](crate::RFencedLock)). For monitoring and ACL rules; never expire or
+    /// delete it, or tokens may go backwards.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::Client) {
+    /// let key = client.get_lock("orders:42").token_counter_key();
+    /// assert!(key.starts_with("ferrisson_token:{"));
+    /// # }
+    /// ```
+    pub fn token_counter_key(&self) -> String {
+        crate::slots::token_counter(self.name())
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         match &self.invalid {
             Some(why) => Err(Error::InvalidArgument(why.to_string())),

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use crate::client::Client;
 use crate::lock::holder::{Holder, LockOps, ReleaseRequest, flag};
 use crate::lock::rlock::RLock;
-use crate::names;
 use crate::script::{
     LOCK_FORCE_UNLOCK, RWLOCK_READ_ACQUIRE, RWLOCK_READ_RELEASE, RWLOCK_REPAIR,
     RWLOCK_WRITE_ACQUIRE, RWLOCK_WRITE_RELEASE, ScriptCall,
 };
 use crate::watchdog::RenewTarget;
+use crate::{names, slots};
 
 /// The message that wakes every waiter: a write hold ended (readers may all enter).
 const WAKE_ALL: &str = "1";
@@ -88,7 +88,8 @@ impl RReadWriteLock {
 struct RwNames {
     name: Arc<str>,
     channel: String,
-    token_key: String,
+    /// The fencing counter of the lock's cluster slot.
+    counter: String,
     /// `{name}`: what every owner's read-hold timeout keys start with.
     base: String,
     /// This owner's read-hold timeout prefix.
@@ -102,7 +103,7 @@ impl RwNames {
         RwNames {
             name: Arc::from(name),
             channel: names::rwlock_channel(name),
-            token_key: names::token_key(name),
+            counter: slots::token_counter(name),
             base: names::suffix_base(name),
             timeouts: names::read_timeouts(name, owner).into(),
             owner: owner.clone(),
@@ -158,7 +159,7 @@ impl LockOps for ReadOps {
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
             .key(&*n.name)
             .key(&*n.timeouts)
-            .key(&n.token_key)
+            .key(&n.counter)
             .arg(owner)
             .arg(&*n.write_field)
             .arg(lease_ms)
@@ -216,7 +217,7 @@ impl LockOps for WriteOps {
         let n = &self.0;
         ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
-            .key(&n.token_key)
+            .key(&n.counter)
             .arg(&*n.write_field)
             .arg(lease_ms)
             .arg(&*n.owner)
