@@ -405,3 +405,50 @@ async fn waiters_keep_their_place_past_their_turn_while_a_ferrisson_waiter_ahead
     join_within(Duration::from_secs(5), [g_task], "G").await;
     assert_eq!(keys_left(&server).await, Vec::<String>::new());
 }
+
+/// A ferrisson waiter that dies at the head of a free lock is dropped by the next ferrisson call
+/// once its queue timeout has passed, and the Java waiter that becomes first is told at once
+/// instead of sleeping until the dead waiter's turn (minutes) runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_behind_a_dead_ferrisson_waiter_is_told_when_it_is_dropped() {
+    let server = RedisServer::start();
+    let queue_timeout = Duration::from_millis(600);
+    let client = support::builder(&server)
+        .fair_lock_queue_timeout(queue_timeout)
+        .build()
+        .await
+        .unwrap();
+    let name = "dead-ahead";
+    let holder = client.get_fair_lock(name).lock().await.unwrap();
+    let mut dead = HolderProcess::spawn(&server, name, queue_timeout.as_millis() as u64, "fair");
+    let p = queued(&server, name, 1).await.remove(0);
+    let mut j = JavaFairLock::new(&server, name, 1).await;
+    assert!(j.acquire().await.is_some());
+    let mut pubsub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(j.channel()).await.unwrap();
+    dead.kill().await;
+    holder.unlock().await.unwrap(); // tells the dead head, unless its place ran out already
+    tokio::time::sleep(queue_timeout + Duration::from_millis(100)).await;
+    assert!(
+        client
+            .get_fair_lock(name)
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "the Java waiter is first"
+    );
+    assert_eq!(queue(&server, name).await.0, [j.owner()], "{p} is dropped");
+    let told = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
+        .await
+        .expect("the Java waiter is told")
+        .expect("a message");
+    assert_eq!(told.get_payload::<String>().unwrap(), "0");
+    assert_eq!(j.acquire().await, None);
+    assert_eq!(j.release().await, Some(1));
+    assert_eq!(keys_left(&server).await, Vec::<String>::new());
+}
