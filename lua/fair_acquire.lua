@@ -1,12 +1,20 @@
--- Takes a fair lock in arrival order, or one more hold of it (reentrancy). Waiters queue in a
--- list; each keeps its place by calling again before its deadline in the zset passes (a waiter
--- that stops calling, e.g. a dead process, is dropped once it reaches the head). Time is the
--- server's (TIME), never a client clock.
+-- Takes a fair lock in arrival order, or one more hold of it (reentrancy). The queue is shared
+-- with Java Redisson clients, so its turn timeouts mean what Redisson's do: the time at which a
+-- waiter's turn times out, each W (the thread wait time) after the one ahead of it; every grant
+-- and every waiter that gives up moves the turns behind it W sooner. A live ferrisson waiter
+-- calls again at least every third of the queue timeout: each call sets its deadline in the
+-- alive zset (a waiter that stops calling, e.g. a dead process, is dropped once it reaches the
+-- head and its deadline has passed) and keeps its turn at least W after the turns of the
+-- waiters ahead, from now, so their grants can never make it time out while it waits. Java
+-- waiters have no deadline there and are judged by their turn alone. Time is the server's
+-- (TIME), never a client clock.
 --
 -- KEYS[1]  the lock hash (field <owner> -> hold count)
 -- KEYS[2]  the queue of waiting owners (redisson_lock_queue:{name})
--- KEYS[3]  waiter deadlines, owner -> server time in ms (redisson_lock_timeout:{name})
+-- KEYS[3]  turn timeouts, owner -> ms, Redisson's meaning (redisson_lock_timeout:{name})
 -- KEYS[4]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
+-- KEYS[5]  ferrisson waiters' deadlines, owner -> server time in ms by which the waiter must
+--          call again (ferrisson_fair_alive:{name}); ferrisson's own, Redisson never reads it
 -- ARGV[1]  owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  queue timeout in ms: how long a waiter keeps its place without calling again
@@ -14,6 +22,7 @@
 -- ARGV[5]  the waiters' channel prefix (redisson_lock__channel:{name}); a waiter's is '<prefix>:<owner>'
 -- ARGV[6]  '1' when the client knows of no live hold of this owner: a hold the server still has
 --          for it is stale and is replaced by a fresh grant (a new token)
+-- ARGV[7]  the thread wait time W in ms (Redisson's threadWaitTime; the same on every client)
 --
 -- Replies: {1, token} granted anew (the slot counter after its INCR); {2, 0} one more hold;
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
@@ -23,10 +32,10 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-for i, want in ipairs({'hash', 'list', 'zset'}) do
-  local kind = redis.call('type', KEYS[i]).ok
-  if kind ~= 'none' and kind ~= want then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. kind)
+for _, key in ipairs({{1, 'hash'}, {2, 'list'}, {3, 'zset'}, {5, 'zset'}}) do
+  local kind = redis.call('type', KEYS[key[1]]).ok
+  if kind ~= 'none' and kind ~= key[2] then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[key[1]] .. ' holds a ' .. kind)
   end
 end
 local counter = redis.pcall('get', KEYS[4])
@@ -37,29 +46,90 @@ end
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local owner = ARGV[1]
+local timeout, wait = tonumber(ARGV[3]), tonumber(ARGV[7])
 
--- Waiters that stopped keeping their place leave from the head on.
+-- How long the waiter `who` keeps its turn from now (<= 0: it is over).
+local function turn_left(who)
+  local turn = tonumber(redis.call('zscore', KEYS[3], who))
+  if not turn then
+    return 0
+  end
+  local left = turn - now
+  local deadline = tonumber(redis.call('zscore', KEYS[5], who))
+  if deadline and deadline - now < left then
+    left = deadline - now
+  end
+  return left
+end
+
+-- With nobody queued, what others' sweeps left (Redisson's never touch the alive zset) goes.
+local function tidy()
+  if redis.call('llen', KEYS[2]) == 0 then
+    redis.call('del', KEYS[3], KEYS[5])
+  end
+end
+
+-- Waiters whose turn timed out or who stopped calling leave, from the head on.
+local swept = false
 while true do
   local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-  if deadline and deadline > now then
+  if not head or turn_left(head) > 0 then
     break
   end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
+  redis.call('zrem', KEYS[5], head)
+  swept = true
 end
+tidy()
 
 local function keep_place()
   if ARGV[4] ~= '1' then
     return
   end
-  if not redis.call('zscore', KEYS[3], owner) then
-    redis.call('rpush', KEYS[2], owner)
+  local queue = redis.call('lrange', KEYS[2], 0, -1)
+  local at, turn
+  for i, queued in ipairs(queue) do
+    if queued == owner then
+      at = i
+      turn = tonumber(redis.call('zscore', KEYS[3], owner))
+      break
+    end
   end
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), owner)
+  if not at then
+    -- Joins at the tail with Redisson's turn: W after the tail's, or after the holder's lease.
+    local tail = queue[#queue]
+    local after = tail and tonumber(redis.call('zscore', KEYS[3], tail))
+    if not after then
+      after = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    end
+    turn = after + wait
+    redis.call('rpush', KEYS[2], owner)
+    at = #queue + 1
+    queue[at] = owner
+  end
+  -- Never lowered, but at least W after the turns of the (at - 1) waiters ahead, from now.
+  turn = math.max(turn or 0, now + at * wait)
+  redis.call('zadd', KEYS[3], turn, owner)
+  -- The turns behind stay at least W apart, as Redisson's are.
+  for i = at + 1, #queue do
+    local behind = tonumber(redis.call('zscore', KEYS[3], queue[i]))
+    if behind then
+      if behind < turn + wait then
+        behind = turn + wait
+        redis.call('zadd', KEYS[3], behind, queue[i])
+      end
+      turn = behind
+    end
+  end
+  redis.call('zadd', KEYS[5], now + timeout, owner)
+  -- The deadlines outlive every turn in the queue, so a ferrisson waiter is never judged as a
+  -- Java one (by its turn alone) while its turn lasts.
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  local keep = math.max(2 * timeout, (tonumber(last[2]) or now) - now + timeout)
+  if redis.call('pttl', KEYS[5]) < keep then
+    redis.call('pexpire', KEYS[5], math.floor(keep))
+  end
 end
 
 if redis.call('exists', KEYS[1]) == 1 then
@@ -80,14 +150,24 @@ end
 
 local head = redis.call('lindex', KEYS[2], 0)
 if head and head ~= owner then
+  if swept then
+    -- The sweep made it first at a free lock: it may be asleep until the old head's turn ends.
+    redis.call('publish', ARGV[5] .. ':' .. head, '0')
+  end
   keep_place()
-  return {0, tonumber(redis.call('zscore', KEYS[3], head)) - now}
+  return {0, math.floor(turn_left(head))}
 end
 local token = redis.call('incr', KEYS[4])
 if head then
   redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], owner)
 end
+redis.call('zrem', KEYS[3], owner)
+redis.call('zrem', KEYS[5], owner)
+-- Every waiter left gets its turn W sooner, as at a Redisson grant.
+for _, queued in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+  redis.call('zincrby', KEYS[3], -wait, queued)
+end
+tidy()
 redis.call('hset', KEYS[1], owner, 1)
 redis.call('pexpire', KEYS[1], ARGV[2])
 return {1, token}

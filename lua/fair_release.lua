@@ -1,11 +1,14 @@
 -- Gives back one hold of a fair lock. The last one frees it and wakes the first live waiter on
--- its own channel. Safe to resend, as lock_release.lua: a partial release keeps its reply in a
--- latch, and a resend that finds no hold answers 2.
+-- its own channel: waiters whose turn timed out (Redisson's rule, see fair_acquire.lua) or, for
+-- ferrisson waiters, who stopped calling leave the queue first. Safe to resend, as
+-- lock_release.lua: a partial release keeps its reply in a latch, and a resend that finds no
+-- hold answers 2.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue of waiting owners
--- KEYS[3]  waiter deadlines (owner -> server time in ms)
+-- KEYS[3]  turn timeouts (owner -> ms, Redisson's meaning)
 -- KEYS[4]  the latch of this request
+-- KEYS[5]  ferrisson waiters' deadlines (owner -> server time in ms)
 -- ARGV[1]  owner
 -- ARGV[2]  lease in ms: the TTL the lock gets back while holds remain
 -- ARGV[3]  latch TTL in ms
@@ -49,13 +52,23 @@ else
     if not head then
       break
     end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline and deadline > now then
+    local turn = tonumber(redis.call('zscore', KEYS[3], head))
+    local deadline = tonumber(redis.call('zscore', KEYS[5], head))
+    if turn and turn > now and (not deadline or deadline > now) then
       redis.call('publish', ARGV[4] .. ':' .. head, '0')
       break
     end
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], head)
+    redis.call('zrem', KEYS[5], head)
+  end
+  if redis.call('llen', KEYS[2]) == 0 then
+    -- With nobody queued, what others' sweeps left (Redisson's never touch the deadlines) goes.
+    for _, key in ipairs({KEYS[3], KEYS[5]}) do
+      if redis.call('type', key).ok == 'zset' then
+        redis.call('del', key)
+      end
+    end
   end
 end
 return reply

@@ -138,7 +138,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_fair_lock(&self, name: &str) -> RFairLock {
-        let ops = FairOps::new(name, self.inner.config.fair_queue_timeout);
+        let ops = FairOps::new(name, self.inner.config.fair_queue);
         RLock::from_holder(
             crate::lock::holder::Holder::new(self.clone(), Box::new(ops)),
             name,

@@ -13,9 +13,20 @@ pub(crate) struct Config {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) recheck_interval: Duration,
-    pub(crate) fair_queue_timeout: Duration,
+    /// Both fair-lock queue settings (the field keeps the name of the first, which it held
+    /// alone before): a fair lock takes them whole.
+    pub(crate) fair_queue: FairQueue,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
+}
+
+/// How a fair lock's waiters keep their place in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FairQueue {
+    /// How long a ferrisson waiter keeps its place without calling again.
+    pub(crate) timeout: Duration,
+    /// Redisson's `threadWaitTime`: what each waiter's turn adds to the one ahead of it.
+    pub(crate) thread_wait: Duration,
 }
 
 /// Certificates for `rediss://` connections.
@@ -80,6 +91,7 @@ pub struct ClientBuilder {
     response_timeout: Duration,
     recheck_interval: Duration,
     fair_queue_timeout: Duration,
+    fair_thread_wait: Duration,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -93,6 +105,7 @@ impl Default for ClientBuilder {
             response_timeout: Duration::from_secs(3),
             recheck_interval: Duration::from_secs(5),
             fair_queue_timeout: Duration::from_secs(5),
+            fair_thread_wait: Duration::from_secs(300),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -186,9 +199,39 @@ impl ClientBuilder {
     /// live waiter calls again every third of it, so only a waiter whose process died (or hung)
     /// loses its place, and it delays the queue by at most this long.
     ///
-    /// Default is 5 s; at least 30 ms.
+    /// Default is 5 s; at least 30 ms, and at most the
+    /// [thread wait time](Self::fair_lock_thread_wait_time).
     pub fn fair_lock_queue_timeout(mut self, timeout: Duration) -> Self {
         self.fair_queue_timeout = timeout;
+        self
+    }
+
+    /// Redisson's `threadWaitTime` for fair locks: the time each waiter's turn adds to the turn
+    /// of the one ahead of it in the queue, and by which every grant, and every waiter that
+    /// gives up, brings the turns behind it forward. Fair-lock queues are shared with Java
+    /// Redisson clients, which count in this time, so set it to the value of the Java clients
+    /// that use the same locks (Redisson's default is also 5 minutes).
+    ///
+    /// A live ferrisson waiter never loses its place to it, however long it waits (see
+    /// [`fair_lock_queue_timeout`](Self::fair_lock_queue_timeout) for the ones that die); a
+    /// Java waiter does, as with Redisson alone, when it waits longer than its turn.
+    ///
+    /// Default is 300 s; at least 30 ms and at least the fair lock queue timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// // The Java clients sharing these locks give their fair locks a 60 s thread wait time.
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .fair_lock_thread_wait_time(Duration::from_secs(60))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock_thread_wait_time(mut self, wait: Duration) -> Self {
+        self.fair_thread_wait = wait;
         self
     }
 
@@ -196,7 +239,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a missing or malformed URL or a zero duration;
+    /// [`Error::Config`] for a missing or malformed URL, a duration out of its range, or a fair
+    /// lock thread wait time shorter than the fair lock queue timeout;
     /// [`Error::Redis`] when the server cannot be reached within the connection timeout.
     ///
     /// # Cancel safety
@@ -234,6 +278,12 @@ impl ClientBuilder {
                 MAX_LEASE,
             ),
             (
+                "fair_lock_thread_wait_time",
+                self.fair_thread_wait,
+                Duration::from_millis(30),
+                MAX_LEASE,
+            ),
+            (
                 "connection_timeout",
                 self.connection_timeout,
                 Duration::from_millis(1),
@@ -258,13 +308,23 @@ impl ClientBuilder {
                 )));
             }
         }
+        // A live waiter's turn must outlast the pause between two of its calls.
+        if self.fair_thread_wait < self.fair_queue_timeout {
+            return Err(Error::Config(format!(
+                "fair_lock_thread_wait_time ({:?}) must be at least fair_lock_queue_timeout ({:?})",
+                self.fair_thread_wait, self.fair_queue_timeout
+            )));
+        }
         Ok(Config {
             url,
             watchdog_timeout: self.watchdog_timeout,
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,
             recheck_interval: self.recheck_interval,
-            fair_queue_timeout: self.fair_queue_timeout,
+            fair_queue: FairQueue {
+                timeout: self.fair_queue_timeout,
+                thread_wait: self.fair_thread_wait,
+            },
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -284,6 +344,44 @@ mod tests {
         let c = builder().check().unwrap();
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
         assert_eq!(c.response_timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.fair_queue_timeout.thread_wait,
+            Duration::from_secs(300),
+            "Redisson's threadWaitTime"
+        );
+    }
+
+    #[test]
+    fn the_thread_wait_time_outlasts_the_queue_timeout() {
+        let c = builder()
+            .fair_lock_queue_timeout(Duration::from_secs(2))
+            .fair_lock_thread_wait_time(Duration::from_secs(2))
+            .check()
+            .unwrap();
+        assert_eq!(
+            c.fair_queue_timeout,
+            FairQueue {
+                timeout: Duration::from_secs(2),
+                thread_wait: Duration::from_secs(2)
+            }
+        );
+        for b in [
+            builder().fair_lock_thread_wait_time(Duration::from_secs(4)),
+            builder()
+                .fair_lock_queue_timeout(Duration::from_secs(600))
+                .fair_lock_thread_wait_time(Duration::from_secs(599)),
+        ] {
+            assert!(
+                matches!(b.check(), Err(Error::Config(m)) if m.contains("at least fair_lock_queue_timeout"))
+            );
+        }
+        assert!(matches!(
+            builder()
+                .fair_lock_queue_timeout(Duration::from_millis(30))
+                .fair_lock_thread_wait_time(Duration::from_millis(29))
+                .check(),
+            Err(Error::Config(m)) if m.contains("between")
+        ));
     }
 
     #[test]
@@ -324,6 +422,7 @@ mod tests {
             builder().connection_timeout(Duration::MAX),
             builder().recheck_interval(Duration::MAX),
             builder().fair_lock_queue_timeout(Duration::MAX),
+            builder().fair_lock_thread_wait_time(Duration::MAX),
         ] {
             assert!(matches!(b.check(), Err(Error::Config(m)) if m.contains("between")));
         }

@@ -19,23 +19,33 @@ async fn fair_client(server: &RedisServer) -> ferrisson::Client {
         .unwrap()
 }
 
-/// The server's clock (`TIME`) in ms, which fair lock deadlines use.
+/// The server's clock (`TIME`) in ms, which a fair lock's waiter deadlines use.
 async fn server_time_ms(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(raw).await.unwrap();
     secs * 1000 + micros / 1000
 }
 
+/// The queue of fair lock `name` and its waiters' deadlines to call again (server time in ms),
+/// read in one step; checks that the queue's turns (Redisson's zset) are the queued owners'.
 async fn queue(server: &RedisServer, name: &str) -> (Vec<String>, Vec<(String, i64)>) {
     let mut raw = server.raw().await;
-    let list: Vec<String> = raw
-        .lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
-        .await
-        .unwrap();
-    let zset: Vec<(String, i64)> = raw
-        .zrange_withscores(format!("redisson_lock_timeout:{{{name}}}"), 0, -1)
-        .await
-        .unwrap();
-    (list, zset)
+    let (list, mut turns, deadlines): (Vec<String>, Vec<String>, Vec<(String, i64)>) =
+        redis::pipe()
+            .atomic()
+            .lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
+            .zrange(format!("redisson_lock_timeout:{{{name}}}"), 0, -1)
+            .zrange_withscores(format!("ferrisson_fair_alive:{{{name}}}"), 0, -1)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    let mut queued = list.clone();
+    queued.sort();
+    turns.sort();
+    assert_eq!(
+        turns, queued,
+        "every queued owner has a turn, and only they"
+    );
+    (list, deadlines)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,11 +284,11 @@ async fn contenders_never_overlap_and_leave_nothing_behind() {
     let mut raw = server.raw().await;
     let mut left: Vec<String> = raw.keys("*").await.unwrap();
     left.retain(|k| !k.starts_with("redisson_unlock_latch:"));
-    assert_eq!(
-        left,
-        vec!["redisson_lock_token:{fair-checked}".to_string()],
-        "only the fencing counter stays"
-    );
+    let counter = fair_client(&server)
+        .await
+        .get_fair_lock("fair-checked")
+        .token_counter_key();
+    assert_eq!(left, vec![counter], "only the fencing counter stays");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

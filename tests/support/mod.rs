@@ -5,6 +5,7 @@
 
 pub mod checker;
 pub mod proxy;
+pub mod redisson;
 pub mod server;
 
 use std::time::Duration;
