@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
         assert_eq!(c.response_timeout, Duration::from_secs(3));
         assert_eq!(
-            c.fair_queue_timeout.thread_wait,
+            c.fair_queue.thread_wait,
             Duration::from_secs(300),
             "Redisson's threadWaitTime"
         );
