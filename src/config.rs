@@ -359,7 +359,7 @@ mod tests {
             .check()
             .unwrap();
         assert_eq!(
-            c.fair_queue_timeout,
+            c.fair_queue,
             FairQueue {
                 timeout: Duration::from_secs(2),
                 thread_wait: Duration::from_secs(2)
