@@ -46,7 +46,7 @@ async fn queued(server: &RedisServer, name: &str, len: usize) -> Vec<String> {
 async fn keys_left(server: &RedisServer) -> Vec<String> {
     let mut raw = server.raw().await;
     let mut keys: Vec<String> = raw.keys("*").await.unwrap();
-    keys.retain(|k| !k.starts_with("redisson_lock_token:"));
+    keys.retain(|k| !k.starts_with("ferrisson_token:") && !k.starts_with("redisson_lock_token:"));
     keys.sort();
     keys
 }
@@ -313,6 +313,7 @@ async fn a_mixed_queue_leaves_no_key_behind() {
         let persistent = key == name
             || key.starts_with("redisson_lock_queue:")
             || key.starts_with("redisson_lock_timeout:")
+            || key.starts_with("ferrisson_token:")
             || key.starts_with("redisson_lock_token:");
         assert!(
             persistent || ttl > 0,
