@@ -75,7 +75,7 @@ pub(crate) fn lock_channel(name: &str) -> String {
     derived("redisson_lock__channel", name)
 }
 
-/// The fencing counter of a lock name.
+/// Redisson's fencing counter of a lock name (fenced locks count in it, for Java interop).
 pub(crate) fn token_key(name: &str) -> String {
     derived("redisson_lock_token", name)
 }

@@ -14,10 +14,13 @@ use crate::names;
 /// Redisson's `RFencedLock`: a reentrant lock whose acquire methods return the fencing token
 /// together with the guard, for code that must pass a token with every write.
 ///
-/// Every ferrisson lock has tokens (see [`LockGuard::fencing_token`]); this handle only puts them
-/// first. Tokens come from the counter `redisson_lock_token:{name}`, incremented on every new
-/// grant by any client and never deleted or expired by ferrisson (`force_unlock` included), so
-/// they never go backwards. It dereferences to [`RLock`] for everything else.
+/// Every ferrisson lock has tokens (see [`LockGuard::fencing_token`]); this handle puts them
+/// first, and its grants also count in Redisson's per-name counter `redisson_lock_token:{name}`
+/// (besides the slot's counter every kind uses, see [`RLock::token_counter_key`]), leaving both
+/// at the larger value. So a Java `RFencedLock` and this one hand out one increasing sequence
+/// for a name, and that name keeps its counter key, as with Redisson. ferrisson never deletes
+/// or expires either counter (`force_unlock` included), so tokens never go backwards. It
+/// dereferences to [`RLock`] for everything else.
 ///
 /// # Examples
 ///
@@ -142,7 +145,9 @@ impl RFencedLock {
         Ok(self.lock.try_lock_for(wait, lease).await?.map(with_token))
     }
 
-    /// The last token handed out for this name (by any client), `None` before the first grant.
+    /// The last token a fenced grant of this name handed out (by any client, Java's
+    /// `RFencedLock` included), `None` before the first: Redisson's per-name counter. Grants of
+    /// other kinds on the name count only in the slot's counter and may have gone higher.
     ///
     /// # Errors
     ///
