@@ -84,3 +84,40 @@ async fn a_token_key_of_another_type_is_wrong_type() {
         Err(ferrisson::Error::InvalidArgument(_))
     ));
 }
+
+/// A Java `RFencedLock` counts in `redisson_lock_token:{name}` alone (its grant is an INCR of
+/// it); ferrisson's fenced grants count there too, so the two hand out one increasing sequence,
+/// whichever grants in between. ferrisson's plain grants on the name go above both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_ferrisson_fenced_locks_share_one_sequence() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    let fenced = client.get_fenced_lock("shared-seq");
+    let plain = client.get_lock("shared-seq");
+    let mut last = 0;
+    for round in 0..6 {
+        let token = match round % 3 {
+            // A Java RFencedLock grant: INCR of Redisson's per-name counter.
+            0 => raw
+                .incr("redisson_lock_token:{shared-seq}", 1)
+                .await
+                .unwrap(),
+            1 => {
+                let (token, guard) = fenced.lock_and_get_token().await.unwrap();
+                guard.unlock().await.unwrap();
+                token
+            }
+            _ => {
+                let guard = plain.lock().await.unwrap();
+                let token = guard.fencing_token();
+                guard.unlock().await.unwrap();
+                // Only a fenced grant tells Java's counter; compare Java with fenced grants.
+                assert!(token > last, "plain token {token} after {last}");
+                continue;
+            }
+        };
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+    }
+}
