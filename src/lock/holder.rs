@@ -11,7 +11,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
@@ -19,12 +18,9 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
-use crate::lock::handover::{HandedHold, Offer};
+use crate::lock::handover::HandedHold;
 pub(crate) use crate::lock::replies::Inspection;
-use crate::lock::replies::{
-    Acquired, HandedOver, Released, inspect_field, parse_handover, parse_release, run_acquire,
-    run_force_unlock,
-};
+use crate::lock::replies::{Acquired, inspect_field, run_acquire, run_force_unlock};
 use crate::lock::wait::{self, Attempt};
 use crate::script::ScriptCall;
 use crate::watchdog::{RenewTarget, Renewal};
@@ -135,8 +131,8 @@ pub(crate) enum LeaseMode {
 
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
-    count: u32,
-    lease: Option<Arc<Lease>>,
+    pub(super) count: u32,
+    pub(super) lease: Option<Arc<Lease>>,
 }
 
 impl Holds {
@@ -156,8 +152,8 @@ pub(crate) struct Holder {
     pub(crate) client: Client,
     pub(crate) owner: Arc<str>,
     pub(crate) ops: Box<dyn LockOps>,
-    channel: String,
-    holds: Arc<Mutex<Holds>>,
+    pub(super) channel: String,
+    pub(super) holds: Arc<Mutex<Holds>>,
 }
 
 impl fmt::Debug for Holder {
@@ -268,7 +264,7 @@ impl Holder {
     }
 
     /// Sets `owner`'s hold count on the server to `holds` (see [`LockOps::repair`]).
-    async fn repair_to(&self, owner: &str, holds: u32, lease_ms: u64) -> Result<()> {
+    pub(super) async fn repair_to(&self, owner: &str, holds: u32, lease_ms: u64) -> Result<()> {
         let call = self.ops.repair(owner, holds, lease_ms);
         let changed: i64 = self.inner().executor.run(&call, self.name()).await?;
         if changed == 1 {
@@ -282,7 +278,7 @@ impl Holder {
     /// answer). Tries until it succeeds or until a leftover hold of `lease_ms` would have run out
     /// by itself. Meanwhile the owner's next acquire replaces any leftover with a fresh grant
     /// (see [`LockOps::acquire`]), so a new guard never inherits an old token either way.
-    fn settle_later(self: &Arc<Self>, lease_ms: u64) {
+    pub(super) fn settle_later(self: &Arc<Self>, lease_ms: u64) {
         let holder = self.clone();
         let give_up = Instant::now() + Duration::from_millis(lease_ms);
         self.inner().spawn(async move {
@@ -524,246 +520,12 @@ impl Holder {
         }
         Ok(true)
     }
-
-    /// Gives back one hold of `lease`.
-    pub(crate) async fn release(
-        self: &Arc<Self>,
-        lease: &Arc<Lease>,
-        request_id: &str,
-        resend: bool,
-    ) -> Result<()> {
-        let mut holds = self.holds.clone().lock_owned().await;
-        let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
-        if !current || holds.count == 0 {
-            return Err(self.lost());
-        }
-        // Whether the hold still stood, as far as we know, when the release went out: a resend
-        // that finds nothing then means the release happened.
-        let held_at_send = !lease.is_lost();
-        // The client stops counting this hold as taken before its last release goes out.
-        let last = holds.count == 1 && self.ops.hands_over();
-        if last {
-            self.inner().local_waiters.releasing(self.name(), lease);
-        }
-        // The last hold goes straight to a waiter of this client when one naps. A resend never
-        // hands over: its first send's handover, if any, is settled already.
-        let offer = (holds.count == 1 && held_at_send && !resend && self.ops.hands_over())
-            .then(|| self.inner().local_waiters.offer(self.name(), &self.owner))
-            .flatten();
-        let mut result = match offer {
-            Some(offer) => self.hand_over(lease, request_id, offer).await,
-            None => self.send_release_resending(lease, request_id, resend).await,
-        };
-        if matches!(result, Ok(Released::Gone)) {
-            result = Ok(if held_at_send {
-                Released::Freed
-            } else {
-                Released::NotOwner
-            });
-        }
-        holds.count -= 1;
-        let outcome = match result {
-            Ok(Released::StillHeld) if holds.count == 0 => {
-                // The server counted holds we did not know of (an earlier repair failed).
-                if let Err(e) = self.repair_to(&self.owner, 0, 0).await {
-                    tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
-                    self.settle_later(lease.lease_ms());
-                }
-                Ok(())
-            }
-            Ok(Released::Freed) if holds.count > 0 => {
-                // The server had fewer holds than we knew of: the others are gone.
-                lease.mark_lost();
-                holds.count = 0;
-                Ok(())
-            }
-            Ok(Released::Freed | Released::StillHeld) => Ok(()),
-            Ok(Released::NotOwner | Released::Gone) => {
-                lease.mark_lost();
-                holds.count = 0;
-                Err(self.lost())
-            }
-            Err(e) => {
-                if e.outcome_unknown() {
-                    // The release may or may not have run: the server may still count the hold.
-                    self.settle_later(lease.lease_ms());
-                }
-                Err(e)
-            }
-        };
-        if holds.count == 0 {
-            holds.lease = None;
-            if !last && self.ops.hands_over() {
-                // Holds the server no longer had: the client's view of them goes too.
-                self.inner().local_waiters.releasing(self.name(), lease);
-            }
-        }
-        outcome
-    }
-
-    /// Sends a release, resending it on a new connection when the first one dropped. The
-    /// resend carries the same request id and says it is one: a partial release that ran is
-    /// answered from its latch, never applied twice.
-    async fn send_release_resending(
-        &self,
-        lease: &Lease,
-        request_id: &str,
-        resend: bool,
-    ) -> Result<Released> {
-        with_resends(resend, |resend| {
-            self.send_release(lease, request_id, resend)
-        })
-        .await
-    }
-
-    /// Releases the owner's last hold by handing the lock to the waiter of `offer`, and tells
-    /// the waiter how that went. Answers as the plain release would for this owner.
-    async fn hand_over(
-        self: &Arc<Self>,
-        lease: &Lease,
-        request_id: &str,
-        offer: Offer,
-    ) -> Result<Released> {
-        let (to, to_lease_ms) = (offer.owner.clone(), offer.lease_ms);
-        // Dropped unsettled (an error, or this future cancelled), it takes the waiter's possible
-        // hold back before the waiter may try again.
-        let mut pending = PendingHandover {
-            holder: self.clone(),
-            offer: Some(offer),
-        };
-        let sent_at = Instant::now();
-        let stamp = self.inner().hub.stamp(&self.channel);
-        let to_ref: &str = &to;
-        let result = with_resends(false, |resend| async move {
-            // Counted at each send: the script subtracts this client's own subscriber.
-            let own = u8::from(self.inner().hub.is_subscribed(&self.channel));
-            let call = self
-                .ops
-                .release_to(&self.owner, to_ref, to_lease_ms, own, resend)
-                .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
-            let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
-            parse_handover(status, value)
-        })
-        .await;
-        match result? {
-            HandedOver::Handed { token } => {
-                let offer = pending.take();
-                let handed = Arc::new(Lease::new(token, sent_at, to_lease_ms));
-                // Recorded before the waiter runs, so this owner's next lock() already knows
-                // the lock is taken.
-                self.inner()
-                    .local_waiters
-                    .granted(self.ops.name(), &to, &handed, stamp);
-                let (holder, lease) = (self.clone(), handed.clone());
-                offer.granted(
-                    handed,
-                    Box::new(move |holds| {
-                        // The waiter gave up after the handover ran: nobody would use or
-                        // release its hold.
-                        holder
-                            .inner()
-                            .local_waiters
-                            .releasing(holder.name(), &lease);
-                        let inner = holder.client.inner.clone();
-                        inner.spawn(async move {
-                            take_back(&holder, &to).await;
-                            drop(holds);
-                        });
-                    }),
-                );
-                Ok(Released::Freed)
-            }
-            HandedOver::Released(released) => {
-                pending.take().declined();
-                Ok(released)
-            }
-            HandedOver::SeveralHolds => {
-                // The waiter is told after this release, so its attempt does not meet our hold.
-                let result = self.send_release_resending(lease, request_id, false).await;
-                pending.take().declined();
-                result
-            }
-        }
-    }
-
-    async fn send_release(
-        &self,
-        lease: &Lease,
-        request_id: &str,
-        resend: bool,
-    ) -> Result<Released> {
-        let request = ReleaseRequest {
-            id: request_id,
-            resend,
-            latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
-        };
-        let call = self.ops.release(&self.owner, lease.lease_ms(), request);
-        let reply: Value = self.inner().executor.run(&call, self.name()).await?;
-        parse_release(&reply)
-    }
-
-    fn lost(&self) -> Error {
-        Error::LockLost {
-            name: self.name().to_owned(),
-        }
-    }
 }
 
 /// The first pause before a background retry that sets a leftover hold right; it doubles up to
 /// [`SETTLE_RETRY_MAX`].
 const SETTLE_RETRY: Duration = Duration::from_millis(100);
 const SETTLE_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// Sends with `send(resend)`, and again (as a resend) up to twice when the connection dropped
-/// under a send, whose outcome is then unknown. Only idempotent requests go through here.
-async fn with_resends<T, F, Fut>(resend: bool, mut send: F) -> Result<T>
-where
-    F: FnMut(bool) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut result = send(resend).await;
-    for _ in 0..2 {
-        match &result {
-            Err(e) if e.connection_dropped() => result = send(true).await,
-            _ => break,
-        }
-    }
-    result
-}
-
-/// A handover under way; dropped unsettled, it takes the waiter's possible hold back in the
-/// background, keeping the waiter's hold count locked until that is done.
-struct PendingHandover {
-    holder: Arc<Holder>,
-    offer: Option<Offer>,
-}
-
-impl PendingHandover {
-    fn take(&mut self) -> Offer {
-        self.offer.take().expect("a handover is settled once")
-    }
-}
-
-impl Drop for PendingHandover {
-    fn drop(&mut self) {
-        let Some((to, holds)) = self.offer.take().map(Offer::abandon) else {
-            return;
-        };
-        let holder = self.holder.clone();
-        self.holder.inner().spawn(async move {
-            take_back(&holder, &to).await;
-            drop(holds);
-        });
-    }
-}
-
-/// Removes whatever hold `owner`, a waiter of this client, may have been handed, freeing the
-/// lock (and publishing) if that was the only one.
-async fn take_back(holder: &Holder, owner: &str) {
-    if let Err(e) = holder.repair_to(owner, 0, 0).await {
-        tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; it expires with its lease");
-    }
-}
 
 /// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
 /// up mid-wait), it takes the owner out in the background.

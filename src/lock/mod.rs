@@ -7,6 +7,7 @@ mod guard;
 pub(crate) mod handover;
 pub(crate) mod holder;
 mod plain;
+mod release;
 mod replies;
 mod rlock;
 mod rwlock;
