@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::time::Duration;
+use redis::AsyncConnectionConfig;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{ClientBuilder, Config};
+use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::lock::handover::LocalWaiters;
 use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock};
@@ -182,19 +182,16 @@ impl Client {
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
         let redis_client = redis_client(&config)
             .map_err(|e| Error::Config(format!("cannot use URL `{}`: {e}", config.url)))?;
-        let manager_config = ConnectionManagerConfig::new()
+        let connection_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connection_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let conn = capped(
-            config.connection_timeout,
-            ConnectionManager::new_with_config(redis_client.clone(), manager_config),
-        )
-        .await
-        .map_err(Error::Redis)?;
-        let executor = Executor::new(conn, config.round_trip_cap());
+            .set_response_timeout(Some(config.response_timeout));
+        // Opened here, on the caller's runtime: commands from that runtime then reach the
+        // connection without a thread hop (see `connection`).
+        let connection = Arc::new(Connection::new(redis_client.clone(), connection_config));
+        capped(config.connection_timeout, connection.open())
+            .await
+            .map_err(Error::Redis)?;
+        let executor = Executor::new(connection, config.round_trip_cap());
         executor.load_all().await?;
 
         let (shutdown, shutdown_rx) = watch::channel(());

@@ -4,6 +4,7 @@
 mod client;
 mod combinator;
 mod config;
+mod connection;
 mod error;
 mod lease;
 mod lock;
