@@ -197,7 +197,8 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for a missing or malformed URL or a zero duration;
-    /// [`Error::Redis`] when the server cannot be reached within the connection timeout.
+    /// [`Error::Redis`] when the server cannot be reached within the connection timeout, or when
+    /// the client's thread cannot be started.
     ///
     /// # Cancel safety
     ///
