@@ -2,25 +2,35 @@
 
 use std::sync::Arc;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::time::Duration;
+use redis::AsyncConnectionConfig;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{ClientBuilder, Config};
+use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::lock::handover::LocalWaiters;
 use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
+use crate::runtime::ClientThread;
 use crate::script::{Executor, capped};
 use crate::watchdog::Watchdog;
 
 /// A connection to Redis and the machinery every lock shares: the script executor, one pub/sub
 /// connection for all waiters, and one watchdog task for all renewed leases.
 ///
-/// Cloning is cheap and shares all of it. The background tasks stop once the last clone, and
-/// the last guard of its locks, are gone.
+/// Cloning is cheap and shares all of it. The background work (pub/sub, watchdog, releases of
+/// dropped guards, repairs) runs on a thread the client owns, named `ferrisson-client`, so it
+/// goes on whatever becomes of the runtime the client was built in: a client kept in a `static`
+/// and used from one `#[tokio::test]` runtime after another keeps renewing, releasing and waking.
+/// The thread ends once the last clone, and the last guard of its locks, are gone.
+///
+/// Commands go through one connection, opened on the runtime the client was built in; if that
+/// runtime ends, the next command opens a new one on its own runtime. While the runtime holding
+/// the connection lives, it must be driven (a current-thread runtime only runs inside `block_on`),
+/// or commands from elsewhere, the watchdog's renewals included, wait for it until they time
+/// out.
 ///
 /// # Examples
 ///
@@ -46,9 +56,10 @@ pub(crate) struct ClientInner {
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
-    runtime: tokio::runtime::Handle,
     /// Dropped with the client: tells the watchdog task to stop.
     _shutdown: watch::Sender<()>,
+    /// Runs the background work; dropped last, after everything that may still use it.
+    thread: ClientThread,
 }
 
 impl std::fmt::Debug for Client {
@@ -66,7 +77,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Config`] for a malformed URL or when called outside a Tokio runtime;
-    /// [`Error::Redis`] when the server cannot be reached within the connection timeout (5 s).
+    /// [`Error::Redis`] when the server cannot be reached within the connection timeout (5 s),
+    /// or when the client's thread cannot be started (the OS refused a thread).
     ///
     /// # Cancel safety
     ///
@@ -178,37 +190,40 @@ impl Client {
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
-        let runtime = tokio::runtime::Handle::try_current()
+        tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
         let redis_client = redis_client(&config)
             .map_err(|e| Error::Config(format!("cannot use URL `{}`: {e}", config.url)))?;
-        let manager_config = ConnectionManagerConfig::new()
+        let connection_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connection_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let conn = capped(
-            config.connection_timeout,
-            ConnectionManager::new_with_config(redis_client.clone(), manager_config),
-        )
-        .await
-        .map_err(Error::Redis)?;
-        let executor = Executor::new(conn, config.round_trip_cap());
+            .set_response_timeout(Some(config.response_timeout));
+        // Opened here, on the caller's runtime: commands from that runtime then reach the
+        // connection without a thread hop (see `connection`).
+        let connection = Arc::new(Connection::new(redis_client.clone(), connection_config));
+        capped(config.connection_timeout, connection.open())
+            .await
+            .map_err(Error::Redis)?;
+        let executor = Executor::new(connection, config.round_trip_cap());
         executor.load_all().await?;
 
+        let thread = ClientThread::start().await.map_err(|e| {
+            Error::Redis(
+                std::io::Error::new(e.kind(), format!("cannot start the client's thread: {e}"))
+                    .into(),
+            )
+        })?;
         let (shutdown, shutdown_rx) = watch::channel(());
         let hub = Hub::start(
             redis_client,
             config.connection_timeout,
             config.response_timeout,
-            &runtime,
+            thread.handle(),
         );
         let watchdog = Watchdog::start(
             executor.clone(),
             config.watchdog_timeout,
             shutdown_rx,
-            &runtime,
+            thread.handle(),
         );
         Ok(Client {
             inner: Arc::new(ClientInner {
@@ -218,21 +233,37 @@ impl Client {
                 hub,
                 local_waiters: Arc::default(),
                 watchdog,
-                runtime,
                 _shutdown: shutdown,
+                thread,
             }),
         })
     }
 }
 
 impl ClientInner {
-    /// Runs background work of this client (a release, a repair, a handover undo): the one
-    /// place every lock's background work is started.
+    /// Runs background work of this client (a repair, a handover undo, leaving a fair queue) on
+    /// the client's thread: the one place every lock's background work is started.
     pub(crate) fn spawn<F>(&self, work: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.runtime.spawn(work);
+        self.thread.spawn(work, || {
+            tracing::warn!(
+                "the client's thread is gone, so background work (a repair, a handover undo or \
+                 leaving a fair queue) was dropped; the leases free what it would have"
+            );
+        });
+    }
+
+    /// Runs the release of a dropped guard of lock `lock` on the client's thread; if it cannot
+    /// run there, the warning names the lock, whose lease then frees it.
+    pub(crate) fn spawn_release<F>(&self, lock: String, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.thread.spawn(work, move || {
+            tracing::warn!(lock = %lock, "the client's thread is gone, so a dropped guard's release cannot run; the lease frees the lock");
+        });
     }
 }
 

@@ -241,7 +241,8 @@ impl ClientBuilder {
     ///
     /// [`Error::Config`] for a missing or malformed URL, a duration out of its range, or a fair
     /// lock thread wait time shorter than the fair lock queue timeout;
-    /// [`Error::Redis`] when the server cannot be reached within the connection timeout.
+    /// [`Error::Redis`] when the server cannot be reached within the connection timeout, or when
+    /// the client's thread cannot be started.
     ///
     /// # Cancel safety
     ///

@@ -4,12 +4,14 @@
 mod client;
 mod combinator;
 mod config;
+mod connection;
 mod error;
 mod lease;
 mod lock;
 mod names;
 mod owner;
 mod pubsub;
+mod runtime;
 mod script;
 mod slots;
 mod watchdog;

@@ -5,12 +5,12 @@
 //! Redis answers NOSCRIPT (a restart, a failover, `SCRIPT FLUSH`), the executor loads the script
 //! and resends once: NOSCRIPT means the script did not run, so the resend cannot act twice.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, ToRedisArgs, Value};
 
+use crate::connection::Connection;
 use crate::error::{Error, Result};
 
 /// One Lua script of `lua/`, embedded in the binary.
@@ -104,7 +104,7 @@ impl ScriptCall {
 /// Runs scripts and commands on the client's command connection, each within a hard time cap.
 #[derive(Clone)]
 pub(crate) struct Executor {
-    conn: ConnectionManager,
+    conn: Arc<Connection>,
     cap: Duration,
 }
 
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    pub(crate) fn new(conn: ConnectionManager, cap: Duration) -> Self {
+    pub(crate) fn new(conn: Arc<Connection>, cap: Duration) -> Self {
         Executor { conn, cap }
     }
 
@@ -147,8 +147,7 @@ impl Executor {
         for script in ALL {
             pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
         }
-        let mut conn = self.conn.clone();
-        let shas: Vec<String> = capped(self.cap, pipe.query_async(&mut conn))
+        let shas: Vec<String> = capped(self.cap, self.conn.send_pipeline(&pipe))
             .await
             .map_err(Error::Redis)?;
         for (script, sha) in ALL.iter().zip(&shas) {
@@ -179,8 +178,7 @@ impl Executor {
     }
 
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
-        let mut conn = self.conn.clone();
-        capped(self.cap, cmd.query_async(&mut conn)).await
+        capped(self.cap, self.conn.send(cmd)).await
     }
 }
 

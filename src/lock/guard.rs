@@ -10,9 +10,11 @@ use crate::lock::holder::Holder;
 /// task.
 ///
 /// Release it with [`unlock`](Self::unlock), which reports errors. Dropping it instead stops the
-/// lease renewal at once and sends the release from a background task on the client's runtime
+/// lease renewal at once and sends the release from a background task on the client's own thread,
+/// wherever the guard is dropped: in any runtime, during a runtime's shutdown, or on a plain thread
 /// (best effort, failures are logged with `tracing`; the lease TTL frees the lock if the release
-/// cannot be sent).
+/// cannot be sent). Only while the process tears down may that thread be gone: a warning then
+/// names the lock, and its lease frees it.
 ///
 /// # Examples
 ///
@@ -156,12 +158,12 @@ impl Drop for LockGuard {
     }
 }
 
-/// Sends a release from a background task on the client's runtime; failures are logged.
+/// Sends a release from a background task on the client's thread; failures are logged.
 /// `resend`: an earlier send of the same request may have run.
 fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
     let (holder, lease) = (holder.clone(), lease.clone());
     let inner = holder.client.inner.clone();
-    inner.spawn(async move {
+    inner.spawn_release(holder.name().to_owned(), async move {
         if let Err(e) = holder.release(&lease, &request_id, resend).await {
             tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");
         }

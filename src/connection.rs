@@ -1,0 +1,225 @@
+//! The command connection: one multiplexed connection per client, whose driver task runs on the
+//! runtime that opened it, its home.
+//!
+//! A caller on the home runtime hands its command to the driver without waking another thread,
+//! which keeps an uncontended lock and unlock as fast as a bare redis-rs connection. Callers
+//! elsewhere (the client's own thread, other runtimes) reach the same driver across threads; one
+//! connection for all keeps every command of a holder in the order it was sent, which the repair
+//! of an acquire cancelled mid-flight relies on.
+//!
+//! Tokio drops the driver with its runtime, silently. A sentinel task on the home notices: once
+//! the home has ended, the next command opens a new connection on its own runtime, which becomes
+//! the home, so no command is sent into a connection known to be dead. A connection that breaks
+//! while its home lives is reopened on the home, so the driver does not drift to a runtime that
+//! may end sooner (or to the client's thread, which would cost the home a thread hop per command).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// The client's command connection. Shared by every clone of the client's executor.
+pub(crate) struct Connection {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    state: Mutex<State>,
+    /// One opening at a time: callers that find the connection broken together share one.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Connection")
+            .field("open", &state.open.is_some())
+            .field("home_alive", &state.home.as_ref().map(Home::alive))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    home: Option<Home>,
+    /// The connection in use, unless it is known to be broken. Its driver runs on `home`.
+    open: Option<Open>,
+    opened: u64,
+}
+
+struct Open {
+    conn: MultiplexedConnection,
+    /// Which opening made it, so a failure reported late does not discard a newer one.
+    id: u64,
+}
+
+/// The runtime connections are opened on, and whether it still runs.
+struct Home {
+    runtime: Handle,
+    /// Cleared when the runtime drops the sentinel task, which it does when it shuts down.
+    alive: Arc<AtomicBool>,
+    /// Dropped when the home is given up: ends the sentinel task.
+    _release: oneshot::Sender<()>,
+}
+
+impl Home {
+    /// Makes the current runtime the home.
+    fn here() -> Home {
+        let alive = Arc::new(AtomicBool::new(true));
+        let (release, released) = oneshot::channel::<()>();
+        let sentinel = Sentinel(alive.clone());
+        tokio::spawn(async move {
+            let _sentinel = sentinel;
+            let _ = released.await;
+        });
+        Home {
+            runtime: Handle::current(),
+            alive,
+            _release: release,
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// Lives in a task of the home runtime; dropped, it marks the home ended.
+struct Sentinel(Arc<AtomicBool>);
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Connection {
+    /// A connection to `client`'s server; nothing is opened yet.
+    pub(crate) fn new(client: redis::Client, config: AsyncConnectionConfig) -> Self {
+        Connection {
+            client,
+            config,
+            state: Mutex::new(State::default()),
+            opening: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every change to the state is a single assignment: a panic cannot leave it half-made.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends one command; an error reply is an `Err`.
+    pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+        self.with(|mut conn| async move { cmd.query_async(&mut conn).await })
+            .await
+    }
+
+    /// Sends a pipeline and reads its replies as a `T`.
+    pub(crate) async fn send_pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
+        self.with(|mut conn| async move { pipe.query_async(&mut conn).await })
+            .await
+    }
+
+    async fn with<T, F, Fut>(&self, send: F) -> RedisResult<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let (conn, id) = match self.current() {
+            Some(open) => open,
+            None => self.open().await?,
+        };
+        let result = send(conn).await;
+        if let Err(e) = &result
+            && e.is_unrecoverable_error()
+        {
+            self.broken(id);
+        }
+        result
+    }
+
+    /// The connection in use, if there is one and its home runs.
+    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
+        let state = self.state();
+        if !state.home.as_ref().is_some_and(Home::alive) {
+            return None;
+        }
+        state.open.as_ref().map(|open| (open.conn.clone(), open.id))
+    }
+
+    fn broken(&self, id: u64) {
+        let mut state = self.state();
+        if state.open.as_ref().is_some_and(|open| open.id == id) {
+            state.open = None;
+        }
+    }
+
+    /// Opens a connection: on the home while it runs, else on the caller's runtime, which
+    /// becomes the home. Bounded by the connection timeout, unless the home is a runtime that
+    /// nobody drives (the caller's own timeout ends the wait then).
+    pub(crate) async fn open(&self) -> RedisResult<(MultiplexedConnection, u64)> {
+        let _turn = self.opening.lock().await;
+        if let Some(open) = self.current() {
+            return Ok(open); // opened by the caller that had the turn before
+        }
+        let mut home = {
+            let state = self.state();
+            state
+                .home
+                .as_ref()
+                .filter(|home| home.alive())
+                .map(|home| home.runtime.clone())
+        };
+        let (conn, new_home) = loop {
+            let (runtime, moving) = match home.take() {
+                Some(runtime) => (runtime, false),
+                None => (Handle::try_current().map_err(no_runtime)?, true),
+            };
+            // A task of its own even on the caller's runtime: the driver is spawned by the task
+            // that connects, on that task's runtime, and a panic there (a runtime without I/O)
+            // is an error here rather than the caller's panic.
+            match runtime
+                .spawn(connect(self.client.clone(), self.config.clone()))
+                .await
+            {
+                // `Home::here` watches the current runtime: the one the driver was spawned on.
+                Ok(conn) => break (conn?, moving.then(Home::here)),
+                // The home shut down meanwhile: open the connection here instead.
+                Err(e) if e.is_cancelled() && !moving => continue,
+                Err(e) => {
+                    return Err(std::io::Error::other(format!(
+                        "the task opening the connection failed: {e}"
+                    ))
+                    .into());
+                }
+            }
+        };
+        let mut state = self.state();
+        state.opened += 1;
+        let id = state.opened;
+        if let Some(home) = new_home {
+            state.home = Some(home);
+        }
+        state.open = Some(Open {
+            conn: conn.clone(),
+            id,
+        });
+        Ok((conn, id))
+    }
+}
+
+fn no_runtime(_: tokio::runtime::TryCurrentError) -> RedisError {
+    std::io::Error::other("ferrisson's commands must run inside a Tokio runtime").into()
+}
+
+async fn connect(
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+) -> Result<MultiplexedConnection, RedisError> {
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
