@@ -5,13 +5,14 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only).
 //!
 //! Exits 2 when any library let two holders into a critical section at once.
 
 mod libs;
+mod memory;
 mod server;
 mod watchdog;
 mod workloads;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use libs::*;
+use memory::Memory;
 use server::{RedisServer, redis_benchmark};
 use watchdog::Watchdog;
 use workloads::*;
@@ -86,6 +88,7 @@ struct LibResult {
     hand2: Outcome<Handoff>,
     many: Outcome<ManyKeys>,
     wd: Outcome<Watchdog>,
+    mem: Outcome<Memory>,
 }
 
 #[derive(PartialEq, Clone, Copy)]
@@ -171,6 +174,7 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
         hand2: Outcome::Na("not run".into()),
         many: Outcome::Na("not run".into()),
         wd: Outcome::Na("n/a: no lease renewal".into()),
+        mem: Outcome::Na("not run".into()),
     };
     let lib = match timed(Duration::from_secs(20), L::connect(&url)).await {
         Ok(l) => Arc::new(l),
@@ -181,7 +185,8 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
             r.cont_ct = Outcome::Failed(f.clone());
             r.hand = Outcome::Failed(f.clone());
             r.hand2 = Outcome::Failed(f.clone());
-            r.many = Outcome::Failed(f);
+            r.many = Outcome::Failed(f.clone());
+            r.mem = Outcome::Failed(f);
             return r;
         }
     };
@@ -233,6 +238,13 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
             timed(Duration::from_secs(120), watchdog::measure(fut, interval, ctx.admin.clone())).await,
         );
         eprintln!("   watchdog done ({:.1} s)", t.elapsed().as_secs_f64());
+        let _ = ctx.flush().await;
+    }
+    if workload("mem") {
+        r.mem = Outcome::from(
+            timed(memory::MEM_CAP + memory::MEM_WAIT + Duration::from_secs(60), memory::measure::<L>(url.clone(), ctx.admin.clone())).await,
+        );
+        eprintln!("   memory done ({:.1} s)", t.elapsed().as_secs_f64());
         let _ = ctx.flush().await;
     }
     r
@@ -366,7 +378,7 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
 
 type WdHold = fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>>;
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,wd limits the workloads (and then nothing is written).
+/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -841,6 +853,9 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
         }
     }
 
+    // 6. Memory
+    t.push_str(&render_memory(results));
+
     // Targets
     let peers: Vec<&LibResult> = results.iter().filter(|r| r.kind == Kind::Peer).collect();
     let best = |f: &dyn Fn(&LibResult) -> Option<f64>| -> Option<(f64, &'static str)> {
@@ -977,6 +992,147 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     (t, g)
 }
 
+/// Bytes as B, kB or MB (10³, 10⁶).
+fn bytes(b: f64) -> String {
+    if b.is_nan() {
+        "–".into()
+    } else if b.abs() >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b.abs() >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// Names in the projection column.
+const MEM_PROJECTED: f64 = 10_000_000.0;
+
+/// What a library's leftover would be at MEM_PROJECTED names: nothing when it left no keys and
+/// less than a byte per name; the per-slot bound when it left only per-slot counters; otherwise
+/// its bytes per name times the names.
+fn mem_projection(m: &Memory) -> String {
+    let per_name = m.bytes_per_name();
+    if m.after_wait.keys <= 0 && per_name < 1.0 {
+        "0 (nothing left)".into()
+    } else if m.after_wait.keys > 0 && m.only_slot_counters {
+        let per_key = m.after_wait.bytes as f64 / m.after_wait.keys as f64;
+        format!("≤ {} (bounded: ≤ {} counters × {per_key:.0} B)", bytes(per_key * memory::SLOTS as f64), memory::SLOTS)
+    } else {
+        format!("{} (grows per name: {per_name:.1} B × names)", bytes(per_name * MEM_PROJECTED))
+    }
+}
+
+fn render_memory(results: &[LibResult]) -> String {
+    let mut t = String::new();
+    let wait = memory::MEM_WAIT.as_secs();
+    let _ = writeln!(
+        t,
+        "\n### 6. Memory: what {} distinct names, each locked and released once, leave in Redis\n",
+        memory::MEM_NAMES
+    );
+    let _ = writeln!(
+        t,
+        "Per library, on a flushed server: connect, lock and release one warm-up name per task (so \
+         connections, pools and scripts are in place; SCAN and PTTL, which the readings use, run once too, as \
+         Redis 7 allocates a command's latency histogram on its first call), wait {} s (Redis shrinks the \
+         buffers of a connection idle for over 2 s, so this reading and the one after the wait find them \
+         alike), then read the keys (INFO keyspace: keys, and of them those with a TTL) and `used_memory` \
+         (INFO memory). Then {} tasks lock and release the names `bench_mem_0` … `bench_mem_{}` once each through the same adapter as the other workloads \
+         (`owner(name)`, `lock()`, `unlock()`; stopped at {} s), and the same numbers are read again right \
+         after the last release and {wait} s later, the library still connected. Keys and bytes are the \
+         differences to before the names; bytes per name is the difference after {wait} s ÷ names. Keys \
+         with a TTL go by themselves (the {wait} s column shows those that did); keys without one stay until \
+         deleted. `used_memory` also moves by some kB with client buffers, so under 1 B per name with no \
+         key left is noise. Samples: up to {} keys left right after the run, one per key prefix, with their \
+         TTL then. The last column projects to {} million names: a leftover made only of ferrisson's \
+         per-slot counters (`{}…}}`) cannot exceed one counter per Redis Cluster hash slot \
+         ({}), any other leftover is counted as growing by its bytes per name.\n",
+        memory::MEM_SETTLE.as_secs(),
+        memory::MEM_TASKS,
+        memory::MEM_NAMES - 1,
+        memory::MEM_CAP.as_secs(),
+        memory::SAMPLES,
+        MEM_PROJECTED / 1e6,
+        memory::SLOT_COUNTER_PREFIX,
+        memory::SLOTS,
+    );
+    let _ = writeln!(t, "| library | names | right after: keys (with TTL) | right after: bytes | after {wait} s: keys (with TTL) | after {wait} s: bytes | bytes per name | at 10 M names | keys left right after (samples) |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---|---|");
+    for r in results {
+        match (&r.mem, r.mem.cell()) {
+            (Outcome::Ok(m), _) => {
+                let names = if m.capped { format!("{} (stopped at {} s)", m.names, memory::MEM_CAP.as_secs()) } else { m.names.to_string() };
+                let samples = if m.samples.is_empty() {
+                    "none".to_owned()
+                } else {
+                    m.samples.iter().map(|s| format!("`{}`", s.replace('|', "/"))).collect::<Vec<_>>().join(", ")
+                };
+                let _ = writeln!(
+                    t,
+                    "| {} | {names} | {} ({}) | {} | {} ({}) | {} | {} | {} | {samples} |",
+                    r.name,
+                    m.right_after.keys,
+                    m.right_after.with_ttl,
+                    m.right_after.bytes,
+                    m.after_wait.keys,
+                    m.after_wait.with_ttl,
+                    m.after_wait.bytes,
+                    f1(m.bytes_per_name()),
+                    mem_projection(m),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+    let ok: Vec<(&LibResult, &Memory)> = results.iter().filter_map(|r| r.mem.ok().map(|m| (r, m))).collect();
+    if ok.is_empty() {
+        return t;
+    }
+    let left: Vec<String> = ok
+        .iter()
+        .filter(|(_, m)| m.after_wait.keys > 0)
+        .map(|(r, m)| format!("{} ({} keys, {})", r.name, m.after_wait.keys, bytes(m.after_wait.bytes as f64)))
+        .collect();
+    let clean: Vec<&str> = ok.iter().filter(|(_, m)| m.after_wait.keys <= 0).map(|(r, _)| r.name).collect();
+    let _ = writeln!(
+        t,
+        "\nKeys still there {wait} s after the last release: {}. No key left: {}.",
+        if left.is_empty() { "none".to_owned() } else { left.join("; ") },
+        if clean.is_empty() { "none".to_owned() } else { clean.join(", ") },
+    );
+    if let Some((_, m)) = ok.iter().find(|(r, _)| r.kind == Kind::Ferrisson).filter(|(_, m)| m.after_wait.keys > 0 && m.only_slot_counters) {
+        let (n, k, b) = (m.names as f64, m.after_wait.keys as f64, m.after_wait.bytes as f64);
+        let slots = memory::SLOTS as f64;
+        let expected = slots * (1.0 - (-n / slots).exp());
+        let _ = writeln!(
+            t,
+            "\nferrisson's leftover is its fencing counters, one per hash slot the names fall in: {} names hit \
+             {k:.0} slots ({} names hashed at random over {} slots would hit {expected:.0} on average), {} in \
+             all, {:.0} B per counter and {:.1} B per name at this count. A further name only adds a counter if \
+             its slot has none yet, so at {} million names, or any number, it stays at most {} counters ≈ {} \
+             ({:.2} B per name), where a leftover of {:.1} B per name would be {}. Only `RFencedLock` also keeps Redisson's \
+             per-name counter (`redisson_lock_token:{{name}}`, for Java interop); this workload uses `get_lock`.",
+            m.names,
+            m.names,
+            memory::SLOTS,
+            bytes(b),
+            b / k,
+            b / n,
+            MEM_PROJECTED / 1e6,
+            memory::SLOTS,
+            bytes(b / k * slots),
+            b / k * slots / MEM_PROJECTED,
+            b / n,
+            bytes(b / n * MEM_PROJECTED),
+        );
+    }
+    t
+}
+
 fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> String {
     let mut d = String::new();
     let _ = writeln!(d, "# Benchmarks: ferrisson against other Redis lock crates\n");
@@ -1053,4 +1209,103 @@ fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> St
          (see the informative -P 16 row); the many-keys target compares lock operations (2 per cycle) with it.\n",
     );
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memory::Left;
+
+    fn na<T>() -> Outcome<T> {
+        Outcome::Na("not run".into())
+    }
+
+    fn result(name: &'static str, kind: Kind, mem: Outcome<Memory>) -> LibResult {
+        LibResult {
+            name,
+            kind,
+            config: "config".into(),
+            seq: na(),
+            seq_mt: na(),
+            cont: na(),
+            cont_ct: na(),
+            hand: na(),
+            hand2: na(),
+            many: na(),
+            wd: na(),
+            mem,
+        }
+    }
+
+    fn mem(keys: i64, with_ttl: i64, bytes: i64, only_slot_counters: bool, samples: &[&str]) -> Memory {
+        let left = Left { keys, with_ttl, bytes };
+        Memory {
+            names: 20_000,
+            capped: false,
+            right_after: left,
+            after_wait: left,
+            only_slot_counters,
+            samples: samples.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn env() -> Env {
+        Env {
+            nproc: "2".into(),
+            cpu: "cpu".into(),
+            redis_version: "7".into(),
+            date: "today".into(),
+            rustc: "rustc".into(),
+            elapsed: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn projections() {
+        assert_eq!(mem_projection(&mem(0, 0, 4000, false, &[])), "0 (nothing left)");
+        assert_eq!(
+            mem_projection(&mem(10_000, 0, 800_000, true, &[])),
+            "≤ 1.31 MB (bounded: ≤ 16384 counters × 80 B)"
+        );
+        assert_eq!(mem_projection(&mem(20_000, 0, 1_800_000, false, &[])), "900.00 MB (grows per name: 90.0 B × names)");
+        // Bytes without keys that are not noise still count per name.
+        assert_eq!(mem_projection(&mem(0, 0, 100_000, false, &[])), "50.00 MB (grows per name: 5.0 B × names)");
+    }
+
+    /// The full run writes `document(render(..))`: the memory section must be in it, rows and notes.
+    #[test]
+    fn a_full_run_writes_the_memory_section() {
+        let results = vec![
+            result("raw", Kind::Raw, Outcome::Ok(mem(0, 0, 1088, false, &[]))),
+            result("ferrisson", Kind::Ferrisson, Outcome::Ok(mem(10_000, 0, 800_000, true, &["ferrisson_token:{1} (no TTL)"]))),
+            result("peer a", Kind::Peer, Outcome::Ok(mem(20_000, 0, 1_800_000, false, &["a:x|1 (no TTL)"]))),
+            result("peer b", Kind::Peer, Outcome::Failed("boom".into())),
+        ];
+        let skipped = || Err(anyhow::anyhow!("skipped"));
+        let limits = Limits { c1: skipped(), c50: skipped(), c50p16: skipped() };
+        let (tables, targets) = render(&results, &limits);
+        let doc = document(&tables, &targets, &results, &env());
+        let section = doc.find("### 6. Memory: what 20000 distinct names").expect("memory section");
+        assert!(section < doc.find("### Targets").unwrap(), "the section comes with the other tables");
+        for line in [
+            "| raw | 20000 | 0 (0) | 1088 | 0 (0) | 1088 | 0.1 | 0 (nothing left) | none |",
+            "| ferrisson | 20000 | 10000 (0) | 800000 | 10000 (0) | 800000 | 40.0 | ≤ 1.31 MB (bounded: ≤ 16384 counters × 80 B) | `ferrisson_token:{1} (no TTL)` |",
+            "| peer a | 20000 | 20000 (0) | 1800000 | 20000 (0) | 1800000 | 90.0 | 900.00 MB (grows per name: 90.0 B × names) | `a:x/1 (no TTL)` |",
+            "| peer b | FAILED: boom | | | | | | | |",
+            "Keys still there 6 s after the last release: ferrisson (10000 keys, 800.0 kB); peer a (20000 keys, 1.80 MB). No key left: raw.",
+        ] {
+            assert!(doc.lines().any(|l| l == line), "missing line {line:?} in\n{doc}");
+        }
+        assert!(doc.contains("20000 names hit 10000 slots"), "{doc}");
+        assert!(doc.contains("it stays at most 16384 counters ≈ 1.31 MB (0.13 B per name), where a leftover of 40.0 B per name would be 400.00 MB"), "{doc}");
+    }
+
+    /// The bound is claimed only for a leftover made of per-slot counters alone.
+    #[test]
+    fn no_bound_for_other_keys() {
+        let results = vec![result("ferrisson", Kind::Ferrisson, Outcome::Ok(mem(10_000, 0, 800_000, false, &[])))];
+        let t = render_memory(&results);
+        assert!(!t.contains("at most 16384 counters"), "{t}");
+        assert!(t.contains("| 400.00 MB (grows per name: 40.0 B × names) |"), "{t}");
+    }
 }

@@ -45,7 +45,7 @@ where
     }
 }
 
-async fn join<T>(h: JoinHandle<Result<T>>) -> Result<T> {
+pub async fn join<T>(h: JoinHandle<Result<T>>) -> Result<T> {
     match h.await {
         Ok(r) => r,
         Err(err) if err.is_panic() => {
