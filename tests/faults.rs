@@ -443,3 +443,30 @@ async fn release_ran(server: &RedisServer) {
     // proxy a moment to read it and throw it away before the switch.
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
+
+/// A connection cut between two calls (a Redis restart, a proxy or load balancer dropping idle
+/// connections): the next acquire finds it broken, puts the server right on a new connection
+/// and asks again, instead of failing its caller for the reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_on_a_cut_connection_is_asked_again_on_a_new_one() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port()).await;
+    let client = support::builder_for(&proxy.url()).build().await.unwrap();
+    let lock = client.get_lock("cut");
+    for round in 0..3 {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        proxy.set(support::Mode::Reset);
+        proxy.set(support::Mode::Pass);
+        let guard = match round {
+            0 => lock.lock().await,
+            1 => lock.try_lock().await.map(|g| g.expect("free")),
+            _ => lock
+                .try_lock_for(Duration::from_secs(1), None)
+                .await
+                .map(|g| g.expect("free")),
+        }
+        .unwrap_or_else(|e| panic!("round {round}: the first acquire after the cut failed: {e}"));
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "granted once");
+        guard.unlock().await.unwrap();
+    }
+}

@@ -350,6 +350,7 @@ impl Holder {
             holds: Some(holds),
             lease_ms,
         };
+        let mut asked_again = false;
         loop {
             let sent_at = Instant::now();
             let call = self.ops.acquire(&self.owner, lease_ms, waiting, stale);
@@ -392,7 +393,15 @@ impl Holder {
                     return Ok(Attempt::Busy { ttl });
                 }
                 Err(e) if e.outcome_unknown() => {
-                    in_flight.repair().await;
+                    let repaired = in_flight.repair().await;
+                    if repaired && e.connection_dropped() && !asked_again {
+                        // The connection went away under the acquire, and the repair, sent on a
+                        // new one, put the server back to what the client knows: the outcome is
+                        // settled, so the acquire is asked once more instead of failing the
+                        // caller for a reconnect (a restarted Redis, a cut connection).
+                        asked_again = true;
+                        continue;
+                    }
                     in_flight.disarm();
                     return Err(e);
                 }
@@ -562,20 +571,27 @@ impl InFlight {
             .expect("an in-flight acquire is disarmed once")
     }
 
-    async fn repair(&mut self) {
-        if let Some(holds) = &self.holds {
-            repair(&self.holder, holds, self.lease_ms).await;
+    /// Whether the server is known to match the client's count again.
+    async fn repair(&mut self) -> bool {
+        match &self.holds {
+            Some(holds) => repair(&self.holder, holds, self.lease_ms).await,
+            None => false,
         }
     }
 }
 
 /// Sets the server back to `holds` after an acquire (asking for `sent_lease_ms`) whose outcome
-/// is unknown; when Redis does not answer, tries again in the background.
-async fn repair(holder: &Arc<Holder>, holds: &Holds, sent_lease_ms: u64) {
+/// is unknown; when Redis does not answer, tries again in the background. Returns whether the
+/// server is known to match `holds` now.
+async fn repair(holder: &Arc<Holder>, holds: &Holds, sent_lease_ms: u64) -> bool {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-    if let Err(e) = holder.repair_to(&holder.owner, holds.count, lease_ms).await {
-        tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; retrying in the background");
-        holder.settle_later(sent_lease_ms.max(lease_ms));
+    match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; retrying in the background");
+            holder.settle_later(sent_lease_ms.max(lease_ms));
+            false
+        }
     }
 }
 
