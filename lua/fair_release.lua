@@ -18,10 +18,17 @@
 -- Replies: 1 released (lock deleted, head waiter told), 0 still held (reentrant holds remain),
 -- nil when the owner holds no hold (nothing changed), 2 (resends only) no hold and no partial
 -- release by this request recorded.
--- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
+-- Errors: WRONGTYPE when a key holds another type (nothing changed).
 
 if redis.replicate_commands then
   redis.replicate_commands()
+end
+-- Types first: an error after the lock is deleted would leave the head waiter untold.
+for _, key in ipairs({{2, 'list'}, {3, 'zset'}, {5, 'zset'}}) do
+  local kind = redis.call('type', KEYS[key[1]]).ok
+  if kind ~= 'none' and kind ~= key[2] then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[key[1]] .. ' holds a ' .. kind)
+  end
 end
 if ARGV[5] == '1' then
   local done = redis.call('get', KEYS[4])

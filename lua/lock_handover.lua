@@ -25,8 +25,9 @@
 --   {2, 0}      (resends only) the owner holds nothing and the waiter was not handed the lock:
 --               the first send freed it, or the hold was gone before
 -- A resend that finds the waiter holding answers {3, token} again, token being the slot
--- counter's value now: at least the waiter's real token and no more than the counter, so the
--- name's later grants still go above it. Only the releasing client grants to its waiters, and
+-- counter's value now (for a fenced lock the larger of both counters, the name's counter
+-- raised to it): at least the waiter's real token and no more than the counters, so the name's
+-- later grants, Java's fenced ones included, still go above it. Only the releasing client grants to its waiters, and
 -- it does not grant to one whose handover is in doubt.
 -- Errors: WRONGTYPE when a key holds another type; the INCR is the first write, so an error
 -- changes nothing.
@@ -35,7 +36,17 @@ local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then
   if ARGV[6] == '1' then
     if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-      return {3, tonumber(redis.call('get', KEYS[3])) or 0}
+      local token = tonumber(redis.call('get', KEYS[3])) or 0
+      if KEYS[4] then
+        -- A fenced lock's name counter must not stay below a token handed out for the name.
+        local named = tonumber(redis.call('get', KEYS[4])) or 0
+        if named > token then
+          token = named
+        elseif token > named then
+          redis.call('set', KEYS[4], token)
+        end
+      end
+      return {3, token}
     end
     return {2, 0}
   end

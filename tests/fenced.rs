@@ -121,3 +121,36 @@ async fn java_and_ferrisson_fenced_locks_share_one_sequence() {
         last = token;
     }
 }
+
+/// A resent handover of a fenced lock answers the slot counter's value as the waiter's token
+/// (the real one is not kept); the name's counter is raised to it, so a Java `RFencedLock`
+/// grant afterwards still goes above it. Run on the script itself: the resend path needs a
+/// handover reply lost on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_handover_keeps_the_names_counter_above_the_token_it_answers() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let counter = client.get_lock("fx").token_counter_key();
+    let mut raw = server.raw().await;
+    let _: () = raw.hset("fx", "waiter", 1).await.unwrap();
+    let _: () = raw.set(&counter, 100).await.unwrap();
+    let _: () = raw.set("redisson_lock_token:{fx}", 50).await.unwrap();
+    let script = redis::Script::new(include_str!("../lua/lock_handover.lua"));
+    let (status, token): (i64, i64) = script
+        .key("fx")
+        .key("redisson_lock__channel:{fx}")
+        .key(&counter)
+        .key("redisson_lock_token:{fx}")
+        .arg("releaser")
+        .arg("waiter")
+        .arg(30_000)
+        .arg(0)
+        .arg("0")
+        .arg("1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((status, token), (3, 100));
+    let java: i64 = raw.incr("redisson_lock_token:{fx}", 1).await.unwrap();
+    assert!(java > token, "a Java grant got {java} after token {token}");
+}
