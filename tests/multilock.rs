@@ -167,6 +167,8 @@ async fn a_fixed_lease_multilock_never_returns_a_guard_with_a_part_taken_by_anot
             .unwrap();
         let multi = MultiLock::new([a.get_lock(first), a.get_lock(second)]);
         let lease = Duration::from_millis(300);
+        // Opened now: the checks below must run well within the 300 ms lease.
+        let mut raw = server.raw().await;
         let acquire = tokio::spawn(async move {
             if bounded {
                 multi
@@ -203,9 +205,7 @@ async fn a_fixed_lease_multilock_never_returns_a_guard_with_a_part_taken_by_anot
             stolen.is_none(),
             "{first} was taken by another client while the MultiLock waited (bounded: {bounded})"
         );
-        drop(blocker);
         assert!(!guard.is_lost());
-        let mut raw = server.raw().await;
         for part in [first, second] {
             let owners: Vec<String> = raw.hkeys(part).await.unwrap();
             assert_eq!(owners.len(), 1, "{part}: {owners:?}");
@@ -219,6 +219,7 @@ async fn a_fixed_lease_multilock_never_returns_a_guard_with_a_part_taken_by_anot
                 "{part}: TTL {pttl} ms, not the fixed 300 ms lease"
             );
         }
+        drop(blocker);
         // The fixed lease is not renewed: the parts run out, and the guard says so.
         tokio::time::timeout(Duration::from_secs(2), guard.lost())
             .await

@@ -243,3 +243,53 @@ async fn the_hold_a_failed_unlock_leaves_is_taken_back_once_redis_answers() {
     );
     let _: () = raw.ping().await.unwrap();
 }
+
+/// Review finding: the release a failed unlock sent may still reach Redis late (it sat in the
+/// buffer of a connection the client gave up), after the same handle was granted the lock
+/// again. The handle then locks under a new owner name, so the late release, played here by
+/// running the release script for the old name, cannot take the new hold away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    for kind in [Kind::Plain, Kind::Fair, Kind::Fenced] {
+        let name = format!("late-release-{kind:?}");
+        let lock = handle(&client, kind, &name);
+        let guard = lock.lock().await.unwrap();
+        let mut raw = server.raw().await;
+        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
+        let old_owner = fields[0].clone();
+
+        proxy.set(Mode::Blackhole);
+        assert!(guard.unlock().await.is_err());
+        reconnect(&proxy, &client).await;
+
+        let again = lock.lock().await.unwrap();
+        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
+        assert_eq!(fields.len(), 1, "{kind:?}: {fields:?}");
+        assert_ne!(
+            fields[0], old_owner,
+            "{kind:?}: granted under the tainted owner name"
+        );
+        // The late release of the old hold arrives now.
+        let late = redis::Script::new(include_str!("../lua/lock_release.lua"));
+        let _: Option<i64> = late
+            .key(&name)
+            .key(format!("redisson_lock__channel:{{{name}}}"))
+            .key(format!("redisson_unlock_latch:{{{name}}}:late"))
+            .arg(&old_owner)
+            .arg(30_000)
+            .arg(5_000)
+            .arg("0")
+            .arg("0")
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(
+            lock.is_held().await.unwrap(),
+            "{kind:?}: the late release took the new hold away"
+        );
+        again.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap(), "{kind:?}: freed");
+    }
+}

@@ -158,6 +158,10 @@ impl LockOps for FairOps {
         true
     }
 
+    fn rotates(&self) -> bool {
+        true
+    }
+
     fn leave(&self, owner: &str) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&FAIR_LEAVE)

@@ -347,9 +347,9 @@ impl Offer {
     /// be kept while its possible hold is taken back. The waiter is told at once that it was
     /// not handed the lock; its own next attempt waits for that guard, so it runs after the
     /// take-back.
-    pub(crate) fn abandon(self) -> (Arc<str>, OwnedMutexGuard<Holds>) {
+    pub(crate) fn abandon(self) -> (Arc<str>, OwnedMutexGuard<Holds>, u64) {
         drop(self.reply);
-        (self.owner, self.holds)
+        (self.owner, self.holds, self.lease_ms)
     }
 }
 

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handover::HandedHold;
+use crate::lock::leftover::Leftovers;
 pub(crate) use crate::lock::replies::Inspection;
 use crate::lock::replies::{Acquired, inspect_field, run_acquire, run_force_unlock};
 use crate::lock::wait::{self, Attempt};
@@ -81,6 +82,12 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn max_nap(&self) -> Option<Duration> {
         None
     }
+    /// Whether the holder may take a new owner name between two holds (to leave late commands of
+    /// the old name behind, see [`leftover`](crate::lock::leftover)): kinds whose owner name no
+    /// other handle shares.
+    fn rotates(&self) -> bool {
+        false
+    }
     /// Whether waiters join a queue on the server (and so must leave it when they give up).
     fn queues(&self) -> bool {
         false
@@ -133,6 +140,8 @@ pub(crate) enum LeaseMode {
 pub(crate) struct Holds {
     pub(super) count: u32,
     pub(super) lease: Option<Arc<Lease>>,
+    /// What the client knows of leftovers (see [`leftover`](crate::lock::leftover)).
+    pub(super) leftovers: Leftovers,
 }
 
 impl Holds {
@@ -150,17 +159,25 @@ impl Holds {
 
 pub(crate) struct Holder {
     pub(crate) client: Client,
-    pub(crate) owner: Arc<str>,
     pub(crate) ops: Box<dyn LockOps>,
-    pub(super) channel: String,
+    /// Who this holder is in Redis; replaced only while it holds nothing (see
+    /// [`leftover`](crate::lock::leftover)).
+    identity: std::sync::Mutex<Identity>,
     pub(super) holds: Arc<Mutex<Holds>>,
+}
+
+/// An owner name and the channel its waits listen on.
+#[derive(Debug)]
+struct Identity {
+    owner: Arc<str>,
+    channel: Arc<str>,
 }
 
 impl fmt::Debug for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Holder")
             .field("name", self.ops.name())
-            .field("owner", &self.owner)
+            .field("owner", &self.owner())
             .finish_non_exhaustive()
     }
 }
@@ -175,13 +192,39 @@ impl Holder {
     /// A holder for an owner that already has one on another part of the same lock (the read
     /// and write sides of a read-write lock are one owner).
     pub(crate) fn with_owner(client: Client, ops: Box<dyn LockOps>, owner: Arc<str>) -> Self {
-        Holder {
-            channel: ops.channel(&owner),
-            client,
+        let identity = Identity {
+            channel: ops.channel(&owner).into(),
             owner,
+        };
+        Holder {
+            client,
             ops,
+            identity: std::sync::Mutex::new(identity),
             holds: Arc::default(),
         }
+    }
+
+    fn identity(&self) -> std::sync::MutexGuard<'_, Identity> {
+        // Every change under this lock is one assignment.
+        self.identity.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The owner this holder is in Redis now.
+    pub(crate) fn owner(&self) -> Arc<str> {
+        self.identity().owner.clone()
+    }
+
+    /// The channel this holder's waits listen on now.
+    pub(super) fn channel(&self) -> Arc<str> {
+        self.identity().channel.clone()
+    }
+
+    /// Becomes `owner` from now on; returns the owner it was.
+    pub(super) fn set_owner(&self, owner: Arc<str>) -> Arc<str> {
+        let channel = self.ops.channel(&owner).into();
+        let mut identity = self.identity();
+        identity.channel = channel;
+        std::mem::replace(&mut identity.owner, owner)
     }
 
     pub(crate) fn inner(&self) -> &ClientInner {
@@ -198,6 +241,8 @@ impl Holder {
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
+        self.retire_if_tainted().await;
+        let (owner, channel) = (self.owner(), self.channel());
         let waiting = wait != Some(Duration::ZERO);
         // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
         let queues = waiting && self.ops.queues();
@@ -211,12 +256,9 @@ impl Holder {
         // give them the lock directly.
         let register = || {
             (waiting && self.ops.hands_over()).then(|| {
-                self.inner().local_waiters.register(
-                    self.ops.name(),
-                    &self.owner,
-                    &self.holds,
-                    lease_ms,
-                )
+                self.inner()
+                    .local_waiters
+                    .register(self.ops.name(), &owner, &self.holds, lease_ms)
             })
         };
         // The releasing owner made the lease (and told the client who holds the lock).
@@ -226,7 +268,7 @@ impl Holder {
         };
         let result = wait::acquire(
             self.inner(),
-            &self.channel,
+            &channel,
             wait,
             max_nap,
             |ask_server| self.attempt(mode, waiting, ask_server),
@@ -242,7 +284,7 @@ impl Holder {
     }
 
     async fn leave_queue(&self) {
-        let Some(call) = self.ops.leave(&self.owner) else {
+        let Some(call) = self.ops.leave(&self.owner()) else {
             return;
         };
         if let Err(e) = self.inner().executor.run::<i64>(&call, self.name()).await {
@@ -251,7 +293,8 @@ impl Holder {
     }
 
     pub(crate) async fn inspect(&self) -> Result<Inspection> {
-        inspect_field(self.inner(), self.name(), self.ops.field(&self.owner)).await
+        let owner = self.owner();
+        inspect_field(self.inner(), self.name(), self.ops.field(&owner)).await
     }
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
@@ -271,36 +314,6 @@ impl Holder {
             tracing::debug!(lock = %self.name(), holds, "hold count repaired");
         }
         Ok(())
-    }
-
-    /// Sets the server back to the client's count of this owner's holds, in the background,
-    /// after an operation whose outcome is unknown could not be put right at once (Redis did not
-    /// answer). Tries until it succeeds or until a leftover hold of `lease_ms` would have run out
-    /// by itself. Meanwhile the owner's next acquire replaces any leftover with a fresh grant
-    /// (see [`LockOps::acquire`]), so a new guard never inherits an old token either way.
-    pub(super) fn settle_later(self: &Arc<Self>, lease_ms: u64) {
-        let holder = self.clone();
-        let give_up = Instant::now() + Duration::from_millis(lease_ms);
-        self.inner().spawn(async move {
-            let mut pause = SETTLE_RETRY;
-            loop {
-                tokio::time::sleep(pause).await;
-                let holds = holder.holds.lock().await;
-                let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-                match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
-                    Ok(()) => return,
-                    Err(e) if Instant::now() >= give_up => {
-                        tracing::warn!(lock = %holder.name(), error = %e, "gave up setting a leftover hold right; it has run out by now");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(lock = %holder.name(), error = %e, "setting a leftover hold right failed; retrying");
-                    }
-                }
-                drop(holds);
-                pause = (pause * 2).min(SETTLE_RETRY_MAX);
-            }
-        });
     }
 
     fn lease_ms(&self, mode: LeaseMode) -> u64 {
@@ -325,7 +338,7 @@ impl Holder {
         // Taken before the acquire is sent: a grant recorded with it is trusted by this
         // client's other owners only while nothing was published on the channel since.
         let stamp = if self.ops.hands_over() {
-            self.inner().hub.stamp(&self.channel)
+            self.inner().hub.stamp(&self.channel())
         } else {
             None
         };
@@ -335,12 +348,14 @@ impl Holder {
             && let Some(left) =
                 self.inner()
                     .local_waiters
-                    .held_by_other(self.name(), &self.owner, stamp)
+                    .held_by_other(self.name(), &self.owner(), stamp)
         {
             // Another owner of this client holds it: it hands the lock over or publishes.
             return Ok(Attempt::Busy { ttl: Some(left) });
         }
         let holds = self.holds.clone().lock_owned().await;
+        // Read under the holds' lock: the owner is only replaced under it.
+        let owner = self.owner();
         // Without a live hold of its own the owner must get a fresh grant: whatever the server
         // still counts for it is a leftover the client lost track of.
         let mut stale = !holds.live();
@@ -353,7 +368,7 @@ impl Holder {
         let mut asked_again = false;
         loop {
             let sent_at = Instant::now();
-            let call = self.ops.acquire(&self.owner, lease_ms, waiting, stale);
+            let call = self.ops.acquire(&owner, lease_ms, waiting, stale);
             match run_acquire(self.inner(), &call, self.name()).await {
                 Ok(Acquired::Granted { fresh: false, .. })
                     if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
@@ -444,9 +459,12 @@ impl Holder {
                 holds.count = 0;
                 let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
                 if self.ops.hands_over() {
-                    self.inner()
-                        .local_waiters
-                        .granted(self.ops.name(), &self.owner, &lease, stamp);
+                    self.inner().local_waiters.granted(
+                        self.ops.name(),
+                        &self.owner(),
+                        &lease,
+                        stamp,
+                    );
                 }
                 lease
             }
@@ -472,7 +490,7 @@ impl Holder {
             guards.renewed += 1;
             if guards.renewal.is_none() {
                 guards.renewal = Some(self.inner().watchdog.register(Renewal {
-                    target: self.ops.renewal(&self.owner),
+                    target: self.ops.renewal(&self.owner()),
                     lease: lease.clone(),
                 }));
             }
@@ -518,7 +536,7 @@ impl Holder {
             lease_ms
         };
         let sent_at = Instant::now();
-        let call = self.ops.renewal(&self.owner).call(ttl_ms);
+        let call = self.ops.renewal(&self.owner()).call(ttl_ms);
         let held: Vec<i64> = self.inner().executor.run(&call, self.name()).await?;
         if held.first() != Some(&1) {
             lease.mark_lost();
@@ -530,11 +548,6 @@ impl Holder {
         Ok(true)
     }
 }
-
-/// The first pause before a background retry that sets a leftover hold right; it doubles up to
-/// [`SETTLE_RETRY_MAX`].
-const SETTLE_RETRY: Duration = Duration::from_millis(100);
-const SETTLE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
 /// up mid-wait), it takes the owner out in the background.
@@ -573,7 +586,7 @@ impl InFlight {
 
     /// Whether the server is known to match the client's count again.
     async fn repair(&mut self) -> bool {
-        match &self.holds {
+        match &mut self.holds {
             Some(holds) => repair(&self.holder, holds, self.lease_ms).await,
             None => false,
         }
@@ -583,13 +596,16 @@ impl InFlight {
 /// Sets the server back to `holds` after an acquire (asking for `sent_lease_ms`) whose outcome
 /// is unknown; when Redis does not answer, tries again in the background. Returns whether the
 /// server is known to match `holds` now.
-async fn repair(holder: &Arc<Holder>, holds: &Holds, sent_lease_ms: u64) -> bool {
+async fn repair(holder: &Arc<Holder>, holds: &mut Holds, sent_lease_ms: u64) -> bool {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-    match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
+    match holder
+        .repair_to(&holder.owner(), holds.count, lease_ms)
+        .await
+    {
         Ok(()) => true,
         Err(e) => {
-            tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; retrying in the background");
-            holder.settle_later(sent_lease_ms.max(lease_ms));
+            tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a leftover is set right in the background");
+            holder.taint(holds, sent_lease_ms.max(lease_ms));
             false
         }
     }
@@ -601,7 +617,8 @@ impl Drop for InFlight {
             let holder = self.holder.clone();
             let lease_ms = self.lease_ms;
             self.holder.inner().spawn(async move {
-                repair(&holder, &holds, lease_ms).await;
+                let mut holds = holds;
+                repair(&holder, &mut holds, lease_ms).await;
                 drop(holds);
             });
         }

@@ -6,6 +6,7 @@ mod fenced;
 mod guard;
 pub(crate) mod handover;
 pub(crate) mod holder;
+mod leftover;
 mod plain;
 mod release;
 mod replies;

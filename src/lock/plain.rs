@@ -87,6 +87,10 @@ impl LockOps for PlainOps {
         true
     }
 
+    fn rotates(&self) -> bool {
+        true
+    }
+
     fn release_to(
         &self,
         owner: &str,

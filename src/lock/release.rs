@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::handover::Offer;
-use crate::lock::holder::{Holder, ReleaseRequest};
+use crate::lock::holder::{Holder, Holds, ReleaseRequest};
+use crate::lock::leftover::take_back_later;
 use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 
 impl Holder {
@@ -36,7 +37,7 @@ impl Holder {
         // The last hold goes straight to a waiter of this client when one naps. A resend never
         // hands over: its first send's handover, if any, is settled already.
         let offer = (holds.count == 1 && held_at_send && !resend && self.ops.hands_over())
-            .then(|| self.inner().local_waiters.offer(self.name(), &self.owner))
+            .then(|| self.inner().local_waiters.offer(self.name(), &self.owner()))
             .flatten();
         let mut result = match offer {
             Some(offer) => self.hand_over(lease, request_id, offer).await,
@@ -53,9 +54,9 @@ impl Holder {
         let outcome = match result {
             Ok(Released::StillHeld) if holds.count == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed).
-                if let Err(e) = self.repair_to(&self.owner, 0, 0).await {
+                if let Err(e) = self.repair_to(&self.owner(), 0, 0).await {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
-                    self.settle_later(lease.lease_ms());
+                    self.taint(&mut holds, lease.lease_ms());
                 }
                 Ok(())
             }
@@ -73,8 +74,9 @@ impl Holder {
             }
             Err(e) => {
                 if e.outcome_unknown() {
-                    // The release may or may not have run: the server may still count the hold.
-                    self.settle_later(lease.lease_ms());
+                    // The release may or may not have run, or may still run late: the server
+                    // may still count the hold.
+                    self.taint(&mut holds, lease.lease_ms());
                 }
                 Err(e)
             }
@@ -120,14 +122,14 @@ impl Holder {
             offer: Some(offer),
         };
         let sent_at = Instant::now();
-        let stamp = self.inner().hub.stamp(&self.channel);
+        let stamp = self.inner().hub.stamp(&self.channel());
         let to_ref: &str = &to;
         let result = with_resends(false, |resend| async move {
             // Counted at each send: the script subtracts this client's own subscriber.
-            let own = u8::from(self.inner().hub.is_subscribed(&self.channel));
+            let own = u8::from(self.inner().hub.is_subscribed(&self.channel()));
             let call = self
                 .ops
-                .release_to(&self.owner, to_ref, to_lease_ms, own, resend)
+                .release_to(&self.owner(), to_ref, to_lease_ms, own, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
             let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
             parse_handover(status, value)
@@ -154,8 +156,8 @@ impl Holder {
                             .releasing(holder.name(), &lease);
                         let inner = holder.client.inner.clone();
                         inner.spawn(async move {
-                            take_back(&holder, &to).await;
-                            drop(holds);
+                            let mut holds = holds;
+                            take_back(&holder, &to, &mut holds, to_lease_ms).await;
                         });
                     }),
                 );
@@ -185,7 +187,7 @@ impl Holder {
             resend,
             latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
         };
-        let call = self.ops.release(&self.owner, lease.lease_ms(), request);
+        let call = self.ops.release(&self.owner(), lease.lease_ms(), request);
         let reply: Value = self.inner().executor.run(&call, self.name()).await?;
         parse_release(&reply)
     }
@@ -229,21 +231,25 @@ impl PendingHandover {
 
 impl Drop for PendingHandover {
     fn drop(&mut self) {
-        let Some((to, holds)) = self.offer.take().map(Offer::abandon) else {
+        let Some((to, holds, lease_ms)) = self.offer.take().map(Offer::abandon) else {
             return;
         };
         let holder = self.holder.clone();
         self.holder.inner().spawn(async move {
-            take_back(&holder, &to).await;
-            drop(holds);
+            let mut holds = holds;
+            take_back(&holder, &to, &mut holds, lease_ms).await;
         });
     }
 }
 
-/// Removes whatever hold `owner`, a waiter of this client, may have been handed, freeing the
-/// lock (and publishing) if that was the only one.
-async fn take_back(holder: &Holder, owner: &str) {
+/// Removes whatever hold `owner`, a waiter of this client (whose hold count is `holds`), may
+/// have been handed with a lease of `lease_ms`, freeing the lock (and publishing) if that was
+/// the only one. When Redis does not answer, the waiter's owner is tainted and the hold is
+/// taken back in the background.
+async fn take_back(holder: &Arc<Holder>, owner: &Arc<str>, holds: &mut Holds, lease_ms: u64) {
     if let Err(e) = holder.repair_to(owner, 0, 0).await {
-        tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; it expires with its lease");
+        tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; retrying in the background");
+        holds.leftovers.taint();
+        take_back_later(holder.clone(), owner.clone(), lease_ms);
     }
 }

@@ -1,0 +1,162 @@
+//! Leftover holds: holds the server may still count for an owner after an unlock or a repair
+//! whose outcome never reached the client (Redis paused, a connection cut).
+//!
+//! Two things can go wrong after such an outcome, and each has its answer here:
+//! - The leftover keeps the lock taken for other clients until its lease runs out. A background
+//!   task removes it as soon as Redis answers again, one task per holder at a time, for a
+//!   bounded time.
+//! - The unanswered command itself may still reach Redis late (it sat in a socket buffer of a
+//!   connection the client gave up), after the same owner was granted the lock anew, and undo
+//!   that new grant. So an owner with such a command possibly in flight is *tainted*: before its
+//!   next acquire, the holder takes a new owner name (when its kind allows it) and retires the
+//!   old one, whose holds the background task then removes. A late command can only reach the
+//!   retired name. The read and write sides of a read-write lock share one owner name and keep
+//!   it; for them a late command remains possible (see the README's "Faults").
+//!
+//! Whatever the client's view, a new guard never carries an old token: the acquire scripts
+//! replace a leftover of an owner that holds nothing live with a fresh grant (see
+//! [`LockOps::acquire`](crate::lock::holder::LockOps::acquire)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lock::holder::{Holder, Holds};
+
+/// The first pause before a background retry; it doubles up to [`RETRY_MAX`].
+const RETRY: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// The longest the background task keeps trying (a leftover's own lease may be longer: it then
+/// runs out by itself, and the retired names are tried again at the next rotation).
+const TRY_FOR: Duration = Duration::from_secs(120);
+
+/// What a holder knows of its owner's leftovers.
+#[derive(Debug, Default)]
+pub(crate) struct Leftovers {
+    /// A command of the current owner whose outcome is unknown may still reach Redis.
+    tainted: bool,
+    /// The current owner's leftover (while it holds nothing) was removed since it was tainted.
+    removed: bool,
+    /// Owner names this holder used before, whose holds must go.
+    retired: Vec<Arc<str>>,
+    /// A background task is at work; it stops trying at `until`.
+    working: bool,
+    until: Option<Instant>,
+}
+
+impl Leftovers {
+    /// Marks the current owner tainted (a waiter's, whose handed-over hold could not be taken
+    /// back): its next acquire retires it.
+    pub(crate) fn taint(&mut self) {
+        self.tainted = true;
+        self.removed = false;
+    }
+
+    fn pending(&self, count: u32) -> bool {
+        !self.retired.is_empty() || (self.tainted && count == 0 && !self.removed)
+    }
+}
+
+impl Holder {
+    /// An unlock or a repair of the current owner went unanswered, leaving a possible leftover
+    /// that a lease of `lease_ms` frees at the latest: remove it in the background, and retire
+    /// the owner before its next acquire.
+    pub(super) fn taint(self: &Arc<Self>, holds: &mut Holds, lease_ms: u64) {
+        holds.leftovers.taint();
+        self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
+    }
+
+    /// Before an acquire: a tainted owner that holds nothing is replaced by a new owner name.
+    pub(super) async fn retire_if_tainted(self: &Arc<Self>) {
+        if !self.ops.rotates() {
+            return;
+        }
+        let mut holds = self.holds.lock().await;
+        if holds.count != 0 || !holds.leftovers.tainted {
+            return;
+        }
+        let old = self.set_owner(self.inner().owners.next_owner());
+        tracing::debug!(lock = %self.name(), retired = %old, "owner name retired after an unknown outcome");
+        let leftovers = &mut holds.leftovers;
+        leftovers.retired.push(old);
+        leftovers.tainted = false;
+        leftovers.removed = false;
+        self.work_on_leftovers(&mut holds, TRY_FOR);
+    }
+
+    /// Makes sure a background task removes the leftovers, trying for at least `within`.
+    fn work_on_leftovers(self: &Arc<Self>, holds: &mut Holds, within: Duration) {
+        let leftovers = &mut holds.leftovers;
+        let until = Instant::now() + within.min(TRY_FOR);
+        leftovers.until = Some(leftovers.until.map_or(until, |u| u.max(until)));
+        if leftovers.working {
+            return;
+        }
+        leftovers.working = true;
+        let holder = self.clone();
+        self.inner()
+            .spawn(async move { holder.remove_leftovers().await });
+    }
+
+    async fn remove_leftovers(self: Arc<Self>) {
+        let mut pause = RETRY;
+        loop {
+            tokio::time::sleep(pause).await;
+            let mut holds = self.holds.lock().await;
+            let mut failure = None;
+            // Retired names: every hold of theirs goes, whatever the count.
+            let mut retired = std::mem::take(&mut holds.leftovers.retired);
+            let mut kept = Vec::new();
+            for old in retired.drain(..) {
+                if let Err(e) = self.repair_to(&old, 0, 0).await {
+                    failure = Some(e);
+                    kept.push(old);
+                }
+            }
+            holds.leftovers.retired = kept;
+            // The current owner, holding nothing the client knows of: its leftover goes too. It
+            // stays tainted (a late command may still come): its next acquire retires it.
+            if holds.leftovers.tainted && holds.count == 0 && !holds.leftovers.removed {
+                match self.repair_to(&self.owner(), 0, 0).await {
+                    Ok(()) => holds.leftovers.removed = true,
+                    Err(e) => failure = Some(e),
+                }
+            }
+            let pending = holds.leftovers.pending(holds.count);
+            let expired = holds.leftovers.until.is_none_or(|u| Instant::now() >= u);
+            if !pending || expired {
+                if let (true, Some(e)) = (pending, failure) {
+                    tracing::warn!(lock = %self.name(), error = %e, "gave up removing a leftover hold; its lease frees it");
+                }
+                holds.leftovers.working = false;
+                holds.leftovers.until = None;
+                return;
+            }
+            drop(holds);
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// Removes in the background every hold of `owner`, a waiter of this client whose handed-over
+/// hold could not be taken back (its holder retires that name at its next acquire), trying for
+/// at most `lease_ms` (the hold's lease frees it then).
+pub(super) fn take_back_later(holder: Arc<Holder>, owner: Arc<str>, lease_ms: u64) {
+    let until = Instant::now() + Duration::from_millis(lease_ms).min(TRY_FOR);
+    let inner = holder.client.inner.clone();
+    inner.spawn(async move {
+        let mut pause = RETRY;
+        loop {
+            tokio::time::sleep(pause).await;
+            match holder.repair_to(&owner, 0, 0).await {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= until => {
+                    tracing::warn!(lock = %holder.name(), error = %e, "gave up taking back a handed-over hold; its lease frees it");
+                    return;
+                }
+                Err(_) => pause = (pause * 2).min(RETRY_MAX),
+            }
+        }
+    });
+}
