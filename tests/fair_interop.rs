@@ -51,6 +51,18 @@ async fn keys_left(server: &RedisServer) -> Vec<String> {
     keys
 }
 
+/// A client whose fair waiters lose their place 600 ms after they stop calling (the holder
+/// process's queue timeout in these tests), and that timeout.
+async fn short_queue_client(server: &RedisServer) -> (ferrisson::Client, Duration) {
+    let queue_timeout = Duration::from_millis(600);
+    let client = support::builder(server)
+        .fair_lock_queue_timeout(queue_timeout)
+        .build()
+        .await
+        .unwrap();
+    (client, queue_timeout)
+}
+
 /// A ferrisson waiter that takes the lock, reports it, and holds it until told to let go.
 fn ferrisson_waiter(
     lock: ferrisson::RFairLock,
@@ -276,12 +288,7 @@ async fn a_mixed_queue_is_served_in_arrival_order_round_after_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_queue_leaves_no_key_behind() {
     let server = RedisServer::start();
-    let queue_timeout = Duration::from_millis(600);
-    let client = support::builder(&server)
-        .fair_lock_queue_timeout(queue_timeout)
-        .build()
-        .await
-        .unwrap();
+    let (client, queue_timeout) = short_queue_client(&server).await;
     let name = "tidy";
     let holder = client.get_fair_lock(name).lock().await.unwrap();
     // A ferrisson waiter whose process dies while it waits.
@@ -413,12 +420,7 @@ async fn waiters_keep_their_place_past_their_turn_while_a_ferrisson_waiter_ahead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_waiter_behind_a_dead_ferrisson_waiter_is_told_when_it_is_dropped() {
     let server = RedisServer::start();
-    let queue_timeout = Duration::from_millis(600);
-    let client = support::builder(&server)
-        .fair_lock_queue_timeout(queue_timeout)
-        .build()
-        .await
-        .unwrap();
+    let (client, queue_timeout) = short_queue_client(&server).await;
     let name = "dead-ahead";
     let holder = client.get_fair_lock(name).lock().await.unwrap();
     let mut dead = HolderProcess::spawn(&server, name, queue_timeout.as_millis() as u64, "fair");

@@ -20,6 +20,15 @@ async fn dbsize(server: &RedisServer) -> i64 {
     redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap()
 }
 
+async fn all_keys(server: &RedisServer) -> Vec<String> {
+    let mut raw = server.raw().await;
+    redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap()
+}
+
 async fn used_memory(server: &RedisServer) -> i64 {
     let mut raw = server.raw().await;
     let info: String = redis::cmd("INFO")
@@ -105,12 +114,7 @@ async fn many_distinct_names_leave_at_most_one_counter_per_slot() {
     );
     assert!(keys <= 16_384, "{keys} keys left for {NAMES} names");
     assert!(memory <= 2 * 1024 * 1024, "{memory} bytes left");
-    let mut raw = server.raw().await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let left = all_keys(&server).await;
     let stray: Vec<&String> = left
         .iter()
         .filter(|k| !k.starts_with("ferrisson_token:{"))
@@ -143,12 +147,7 @@ async fn redlock_parts_leave_only_counters_on_every_instance() {
     });
     join_within(Duration::from_secs(120), tasks, "redlock cycles").await;
     for server in &servers {
-        let mut raw = server.raw().await;
-        let left: Vec<String> = redis::cmd("KEYS")
-            .arg("*")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let left = all_keys(server).await;
         assert!(
             left.iter().all(|k| k.starts_with("ferrisson_token:{")),
             "{left:?}"
@@ -169,12 +168,7 @@ async fn a_fenced_name_keeps_its_own_counter_and_nothing_else() {
         assert_eq!(lock.token().await.unwrap(), Some(token));
         guard.unlock().await.unwrap();
     }
-    let mut raw = server.raw().await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let left = all_keys(&server).await;
     let named = left
         .iter()
         .filter(|k| k.starts_with("redisson_lock_token:{ledger:"))
