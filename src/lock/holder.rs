@@ -164,6 +164,8 @@ pub(crate) struct Holder {
     /// [`leftover`](crate::lock::leftover)).
     identity: std::sync::Mutex<Identity>,
     pub(super) holds: Arc<Mutex<Holds>>,
+    /// Set while the owner may be tainted (see [`leftover`](crate::lock::leftover)).
+    pub(super) tainted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// An owner name and the channel its waits listen on.
@@ -196,11 +198,13 @@ impl Holder {
             channel: ops.channel(&owner).into(),
             owner,
         };
+        let holds = Holds::default();
         Holder {
             client,
             ops,
             identity: std::sync::Mutex::new(identity),
-            holds: Arc::default(),
+            tainted: holds.leftovers.hint(),
+            holds: Arc::new(Mutex::new(holds)),
         }
     }
 

@@ -18,6 +18,7 @@
 //! [`LockOps::acquire`](crate::lock::holder::LockOps::acquire)).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -36,6 +37,9 @@ const TRY_FOR: Duration = Duration::from_secs(120);
 pub(crate) struct Leftovers {
     /// A command of the current owner whose outcome is unknown may still reach Redis.
     tainted: bool,
+    /// `tainted`, readable without the holds' lock: an acquire checks it first, so the
+    /// uncontended path takes no extra lock.
+    hint: Arc<AtomicBool>,
     /// The current owner's leftover (while it holds nothing) was removed since it was tainted.
     removed: bool,
     /// Owner names this holder used before, whose holds must go.
@@ -50,7 +54,18 @@ impl Leftovers {
     /// back): its next acquire retires it.
     pub(crate) fn taint(&mut self) {
         self.tainted = true;
+        self.hint.store(true, Ordering::Release);
         self.removed = false;
+    }
+
+    /// Whether the owner may be tainted (read without the holds' lock).
+    pub(super) fn may_be_tainted(hint: &AtomicBool) -> bool {
+        hint.load(Ordering::Acquire)
+    }
+
+    /// The flag [`may_be_tainted`](Self::may_be_tainted) reads.
+    pub(super) fn hint(&self) -> Arc<AtomicBool> {
+        self.hint.clone()
     }
 
     fn pending(&self, count: u32) -> bool {
@@ -69,7 +84,7 @@ impl Holder {
 
     /// Before an acquire: a tainted owner that holds nothing is replaced by a new owner name.
     pub(super) async fn retire_if_tainted(self: &Arc<Self>) {
-        if !self.ops.rotates() {
+        if !self.ops.rotates() || !Leftovers::may_be_tainted(&self.tainted) {
             return;
         }
         let mut holds = self.holds.lock().await;
@@ -81,6 +96,7 @@ impl Holder {
         let leftovers = &mut holds.leftovers;
         leftovers.retired.push(old);
         leftovers.tainted = false;
+        leftovers.hint.store(false, Ordering::Release);
         leftovers.removed = false;
         self.work_on_leftovers(&mut holds, TRY_FOR);
     }
