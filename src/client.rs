@@ -189,6 +189,20 @@ impl Client {
         RFencedLock::new(self.clone(), name)
     }
 
+    /// A handle on the count-down latch `name`. See [`RCountDownLatch`](crate::RCountDownLatch).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let done = client.get_count_down_latch("batch:7:done");
+    /// done.try_set_count(2).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_count_down_latch(&self, name: &str) -> crate::RCountDownLatch {
+        crate::RCountDownLatch::new(self.clone(), name)
+    }
+
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;

@@ -14,6 +14,7 @@ mod pubsub;
 mod runtime;
 mod script;
 mod slots;
+mod sync;
 mod watchdog;
 
 pub use client::Client;
@@ -21,3 +22,4 @@ pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
 pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock};
+pub use sync::RCountDownLatch;

@@ -42,6 +42,8 @@ struct Channel {
     /// Changes whenever something may have been published on the channel that this client
     /// did not hear as it happened: a message came, or the subscription started or ended.
     stamp: u64,
+    /// Every message wakes every waiter (a count-down latch's channel), not only `1`.
+    broadcast: bool,
 }
 
 #[derive(Debug)]
@@ -132,6 +134,25 @@ impl Hub {
     ///
     /// Cancel safe: dropping the future unregisters the waiter.
     pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Subscription {
+        self.subscribe_with(channel, budget, false).await
+    }
+
+    /// As [`subscribe`](Self::subscribe), for a channel whose every message wakes every waiter
+    /// (a count-down latch's: `0`, it opened, and `1`, a new count, concern all of them).
+    pub(crate) async fn subscribe_broadcast(
+        &self,
+        channel: &str,
+        budget: Duration,
+    ) -> Subscription {
+        self.subscribe_with(channel, budget, true).await
+    }
+
+    async fn subscribe_with(
+        &self,
+        channel: &str,
+        budget: Duration,
+        broadcast: bool,
+    ) -> Subscription {
         let waiter = Arc::new(Waiter {
             id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
             notify: Notify::new(),
@@ -142,6 +163,7 @@ impl Hub {
         let confirmed = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_default();
+            entry.broadcast |= broadcast;
             entry.waiters.push_back(waiter.clone());
             if entry.confirmed {
                 None
@@ -386,10 +408,12 @@ impl HubTask {
     fn dispatch(&self, message: &redis::Msg) {
         let name = message.get_channel_name();
         let mut channels = self.shared.channels();
+        let mut broadcast = false;
         if let Some(channel) = channels.get_mut(name) {
             channel.stamp = self.shared.new_stamp();
+            broadcast = channel.broadcast;
         }
-        if message.get_payload_bytes() == WAKE_ALL {
+        if broadcast || message.get_payload_bytes() == WAKE_ALL {
             if let Some(channel) = channels.get(name) {
                 Shared::wake_all_of(channel);
             }

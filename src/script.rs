@@ -62,6 +62,9 @@ scripts! {
     FAIR_ACQUIRE => "fair_acquire",
     FAIR_RELEASE => "fair_release",
     FAIR_LEAVE => "fair_leave",
+    LATCH_TRY_SET => "latch_try_set",
+    LATCH_COUNT_DOWN => "latch_count_down",
+    LATCH_DELETE => "latch_delete",
 }
 
 /// One invocation of a script: its keys, then its arguments.
