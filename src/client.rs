@@ -203,6 +203,20 @@ impl Client {
         crate::RCountDownLatch::new(self.clone(), name)
     }
 
+    /// A handle on the semaphore `name`. See [`RSemaphore`](crate::RSemaphore).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let builds = client.get_semaphore("build-slots");
+    /// builds.try_set_permits(8).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_semaphore(&self, name: &str) -> crate::RSemaphore {
+        crate::RSemaphore::new(self.clone(), name)
+    }
+
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;

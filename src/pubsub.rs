@@ -42,8 +42,20 @@ struct Channel {
     /// Changes whenever something may have been published on the channel that this client
     /// did not hear as it happened: a message came, or the subscription started or ended.
     stamp: u64,
-    /// Every message wakes every waiter (a count-down latch's channel), not only `1`.
-    broadcast: bool,
+    /// Whom a message wakes.
+    policy: Wake,
+}
+
+/// Whom a message on a channel wakes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A lock's: `1` wakes every waiter, anything else one (Redisson's unlock messages).
+    #[default]
+    Unlock,
+    /// Every message wakes every waiter (a count-down latch's: it opened, or a new count).
+    All,
+    /// The message is a count of free permits (a semaphore's): it wakes that many waiters.
+    Count,
 }
 
 #[derive(Debug)]
@@ -134,24 +146,15 @@ impl Hub {
     ///
     /// Cancel safe: dropping the future unregisters the waiter.
     pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Subscription {
-        self.subscribe_with(channel, budget, false).await
+        self.subscribe_with(channel, budget, Wake::Unlock).await
     }
 
-    /// As [`subscribe`](Self::subscribe), for a channel whose every message wakes every waiter
-    /// (a count-down latch's: `0`, it opened, and `1`, a new count, concern all of them).
-    pub(crate) async fn subscribe_broadcast(
+    /// As [`subscribe`](Self::subscribe), on a channel whose messages wake as `policy` says.
+    pub(crate) async fn subscribe_with(
         &self,
         channel: &str,
         budget: Duration,
-    ) -> Subscription {
-        self.subscribe_with(channel, budget, true).await
-    }
-
-    async fn subscribe_with(
-        &self,
-        channel: &str,
-        budget: Duration,
-        broadcast: bool,
+        policy: Wake,
     ) -> Subscription {
         let waiter = Arc::new(Waiter {
             id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
@@ -163,7 +166,7 @@ impl Hub {
         let confirmed = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_default();
-            entry.broadcast |= broadcast;
+            entry.policy = policy;
             entry.waiters.push_back(waiter.clone());
             if entry.confirmed {
                 None
@@ -408,17 +411,27 @@ impl HubTask {
     fn dispatch(&self, message: &redis::Msg) {
         let name = message.get_channel_name();
         let mut channels = self.shared.channels();
-        let mut broadcast = false;
-        if let Some(channel) = channels.get_mut(name) {
-            channel.stamp = self.shared.new_stamp();
-            broadcast = channel.broadcast;
-        }
-        if broadcast || message.get_payload_bytes() == WAKE_ALL {
-            if let Some(channel) = channels.get(name) {
-                Shared::wake_all_of(channel);
-            }
+        let Some(channel) = channels.get_mut(name) else {
+            return;
+        };
+        channel.stamp = self.shared.new_stamp();
+        let payload = message.get_payload_bytes();
+        let wake = match channel.policy {
+            Wake::All => usize::MAX,
+            Wake::Unlock if payload == WAKE_ALL => usize::MAX,
+            Wake::Unlock => 1,
+            // A count that cannot be read still wakes one, which asks Redis.
+            Wake::Count => std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.parse::<i64>().ok())
+                .map_or(1, |n| usize::try_from(n).unwrap_or(0)),
+        };
+        if wake >= channel.waiters.len() {
+            Shared::wake_all_of(channel);
         } else {
-            Shared::wake_one(&mut channels, name);
+            for _ in 0..wake {
+                Shared::wake_one(&mut channels, name);
+            }
         }
     }
 }

@@ -65,6 +65,10 @@ scripts! {
     LATCH_TRY_SET => "latch_try_set",
     LATCH_COUNT_DOWN => "latch_count_down",
     LATCH_DELETE => "latch_delete",
+    SEMAPHORE_ACQUIRE => "semaphore_acquire",
+    SEMAPHORE_UNDO => "semaphore_undo",
+    SEMAPHORE_RELEASE => "semaphore_release",
+    SEMAPHORE_SET => "semaphore_set",
 }
 
 /// One invocation of a script: its keys, then its arguments.

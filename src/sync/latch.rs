@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::pubsub::Wake;
 use crate::script::{LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_TRY_SET, ScriptCall};
 use crate::{names, slots};
 
@@ -265,7 +266,10 @@ impl RCountDownLatch {
                 .response_timeout
                 .min(d.saturating_duration_since(Instant::now()))
         });
-        let subscription = inner.hub.subscribe_broadcast(&self.channel, budget).await;
+        let subscription = inner
+            .hub
+            .subscribe_with(&self.channel, budget, Wake::All)
+            .await;
         loop {
             let open = self.get_count().await? == 0;
             subscription.used();

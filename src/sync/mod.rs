@@ -1,5 +1,7 @@
-//! Synchronizers other than locks: the count-down latch.
+//! Synchronizers other than locks: the count-down latch and the semaphore.
 
 mod latch;
+mod semaphore;
 
 pub use latch::RCountDownLatch;
+pub use semaphore::RSemaphore;
