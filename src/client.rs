@@ -217,6 +217,20 @@ impl Client {
         crate::RSemaphore::new(self.clone(), name)
     }
 
+    /// A handle on the non-reentrant mutex `name`. See [`RMutex`](crate::RMutex).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_mutex("schema-migration").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_mutex(&self, name: &str) -> crate::RMutex {
+        crate::RMutex::new(self.clone(), name)
+    }
+
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;

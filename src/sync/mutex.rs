@@ -1,0 +1,195 @@
+//! `RMutex`: a non-reentrant distributed mutex (Apache Curator's `InterProcessSemaphoreMutex`).
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::lock::{LockGuard, RLock};
+
+/// A non-reentrant distributed mutex, Apache Curator's `InterProcessSemaphoreMutex`: while it is
+/// held, a second `lock()` waits like anyone else's, even through the same handle and in the
+/// same task, and `try_lock()` returns `None`.
+///
+/// Every acquire is its own owner, so the guard is all there is to a hold: it carries a fencing
+/// token, reports a lost lease, is renewed by the watchdog while it lives (or has a fixed
+/// lease), and can be moved to another task and released there. In Redis it is an `RLock`'s
+/// hash (a Java Redisson `RLock` on the same name contends with it).
+///
+/// Pick it over [`RLock`] when holding a lock must never nest: code that calls itself, or two
+/// steps of one job that must not both run under one hold, then wait instead of passing through
+/// (a deadlock there is a bug to see, not to hide). Pick [`RLock`] when a task takes the lock
+/// again on purpose.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use std::time::Duration;
+///
+/// let mutex = client.get_mutex("migration");
+/// let guard = mutex.lock().await?;
+/// // The same handle does not get it again while held:
+/// assert!(mutex.try_lock().await?.is_none());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RMutex {
+    client: Client,
+    name: String,
+}
+
+impl RMutex {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
+        RMutex {
+            client,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The mutex's name (its key).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A new owner for one acquire.
+    fn owner(&self) -> RLock {
+        self.client.get_lock(&self.name)
+    }
+
+    /// Waits until the mutex is free and takes it (watchdog lease).
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// mutex.lock().await?.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.owner().lock().await
+    }
+
+    /// Waits until the mutex is free and takes it with a fixed `lease`, never renewed.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::lock_with_lease`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// mutex.lock_with_lease(Duration::from_secs(10)).await?.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.owner().lock_with_lease(lease).await
+    }
+
+    /// Takes the mutex if it is free now: `None` while anybody holds it, this handle included.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::try_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// if let Some(guard) = mutex.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.owner().try_lock().await
+    }
+
+    /// Waits at most `wait` for the mutex; `lease` fixes the lease (else the watchdog renews it).
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::try_lock_for`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`RLock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some(guard) = mutex.try_lock_for(Duration::from_secs(1), None).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.owner().try_lock_for(wait, lease).await
+    }
+
+    /// Whether anybody holds the mutex.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::is_locked`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// println!("held: {}", mutex.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.owner().is_locked().await
+    }
+
+    /// Frees the mutex whoever holds it; returns whether it was held.
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::force_unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RLock::force_unlock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// mutex.force_unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.owner().force_unlock().await
+    }
+}
