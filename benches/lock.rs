@@ -1,6 +1,6 @@
 //! RLock benchmarks against a spawned redis-server: an uncontended lock+unlock cycle and a
 //! contended handoff (8 tasks, one key). Before measuring, prints the Redis commands one
-//! uncontended cycle costs, from `INFO commandstats`.
+//! uncontended cycle costs, from `INFO commandstats` (and the same for a semaphore permit).
 //!
 //! Run with `cargo bench --bench lock`.
 
@@ -57,6 +57,42 @@ fn report_commands_per_cycle(rt: &tokio::runtime::Runtime, server: &RedisServer)
         );
         assert_eq!(get("evalsha"), 2 * CYCLES, "one acquire and one release per cycle");
         assert_eq!(get("script|load") + get("subscribe") + get("eval"), 0, "nothing else on the fast path");
+    });
+}
+
+/// The same for the semaphore: one acquire and one release of a permit, each one script call.
+fn report_semaphore_commands(rt: &tokio::runtime::Runtime, server: &RedisServer) {
+    rt.block_on(async {
+        let client = ferrisson::Client::connect(&server.url()).await.unwrap();
+        let semaphore = client.get_semaphore("bench:semaphore");
+        semaphore.try_set_permits(4).await.unwrap();
+        semaphore.acquire(1).await.unwrap(); // warm-up
+        semaphore.release(1).await.unwrap();
+        server.reset_stats().await;
+        const CYCLES: u64 = 1000;
+        for _ in 0..CYCLES {
+            semaphore.acquire(1).await.unwrap();
+            semaphore.release(1).await.unwrap();
+        }
+        let mut stats = server.commandstats().await;
+        stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
+        let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
+        println!(
+            "Redis commands per uncontended semaphore acquire(1)+release(1) ({CYCLES} cycles):"
+        );
+        for (name, calls) in &stats {
+            println!("  {name:<16} {:>6.3}", *calls as f64 / CYCLES as f64);
+        }
+        assert_eq!(
+            get("evalsha"),
+            2 * CYCLES,
+            "one script call per acquire and per release"
+        );
+        assert_eq!(
+            get("script|load") + get("subscribe") + get("eval"),
+            0,
+            "nothing else on the fast path"
+        );
     });
 }
 
@@ -165,6 +201,7 @@ fn benches(c: &mut Criterion) {
     let server = RedisServer::start();
     let rt = runtime();
     report_commands_per_cycle(&rt, &server);
+    report_semaphore_commands(&rt, &server);
     uncontended(c, &rt, &server);
     raw_baseline(c, &rt, &server);
     contended(c, &rt, &server);
