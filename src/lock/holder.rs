@@ -166,6 +166,9 @@ pub(crate) struct Holder {
     pub(super) holds: Arc<Mutex<Holds>>,
     /// Set while the owner may be tainted (see [`leftover`](crate::lock::leftover)).
     pub(super) tainted: Arc<std::sync::atomic::AtomicBool>,
+    /// Acquires of this holder under way (clones share the holder): the owner name is only
+    /// replaced when no other one is, since a waiter lines up under the name it started with.
+    pub(super) acquiring: std::sync::atomic::AtomicUsize,
 }
 
 /// An owner name and the channel its waits listen on.
@@ -205,6 +208,7 @@ impl Holder {
             identity: std::sync::Mutex::new(identity),
             tainted: holds.leftovers.hint(),
             holds: Arc::new(Mutex::new(holds)),
+            acquiring: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -245,6 +249,7 @@ impl Holder {
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
+        let _acquiring = Acquiring::new(self);
         self.retire_if_tainted().await;
         let (owner, channel) = (self.owner(), self.channel());
         let waiting = wait != Some(Duration::ZERO);
@@ -550,6 +555,26 @@ impl Holder {
             lease.extended(sent_at, lease_ms);
         }
         Ok(true)
+    }
+}
+
+/// Counts an acquire of a holder as under way while it lives.
+struct Acquiring<'a>(&'a Holder);
+
+impl<'a> Acquiring<'a> {
+    fn new(holder: &'a Holder) -> Self {
+        holder
+            .acquiring
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Acquiring(holder)
+    }
+}
+
+impl Drop for Acquiring<'_> {
+    fn drop(&mut self) {
+        self.0
+            .acquiring
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -88,7 +88,10 @@ impl Holder {
             return;
         }
         let mut holds = self.holds.lock().await;
-        if holds.count != 0 || !holds.leftovers.tainted {
+        // Another acquire of this holder may be waiting under the current name (a release
+        // could hand it the lock under that name): the name is replaced by a later acquire.
+        let alone = self.acquiring.load(Ordering::Acquire) == 1;
+        if holds.count != 0 || !holds.leftovers.tainted || !alone {
             return;
         }
         let old = self.set_owner(self.inner().owners.next_owner());
