@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pubsub::Wake;
@@ -252,42 +250,11 @@ impl RCountDownLatch {
         self.wait(Some(timeout)).await
     }
 
-    /// Checks, then listens and checks again (a count-down between the two is not missed),
-    /// then sleeps until a message or the re-check interval, until open or `wait` is spent.
     async fn wait(&self, wait: Option<Duration>) -> Result<bool> {
-        if self.get_count().await? == 0 {
-            return Ok(true);
-        }
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let inner = &self.client.inner;
-        let budget = deadline.map_or(inner.config.response_timeout, |d| {
-            inner
-                .config
-                .response_timeout
-                .min(d.saturating_duration_since(Instant::now()))
-        });
-        let subscription = inner
-            .hub
-            .subscribe_with(&self.channel, budget, Wake::All)
-            .await;
-        loop {
-            let open = self.get_count().await? == 0;
-            subscription.used();
-            if open {
-                return Ok(true);
-            }
-            let mut nap = inner.config.recheck_interval;
-            if let Some(d) = deadline {
-                let now = Instant::now();
-                if now >= d {
-                    return Ok(false);
-                }
-                nap = nap.min(d - now);
-            }
-            tokio::select! {
-                () = subscription.woken() => {}
-                () = tokio::time::sleep(nap) => {}
-            }
-        }
+        super::wait_until(inner, &self.channel, Wake::All, wait, || async {
+            Ok(self.get_count().await? == 0)
+        })
+        .await
     }
 }

@@ -326,48 +326,11 @@ impl RSemaphore {
         self.acquire_within(n, Some(wait)).await
     }
 
-    /// Try; on contention listen and try again (a release between the two is not missed), then
-    /// sleep until a release message or the re-check interval, until taken or `wait` is spent.
     async fn acquire_within(&self, n: u64, wait: Option<Duration>) -> Result<bool> {
         self.check()?;
         let n = checked(n)?;
-        if self.attempt(n).await? {
-            return Ok(true);
-        }
-        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(false);
-        }
-        let config = &self.inner().config;
-        let budget = deadline.map_or(config.response_timeout, |d| {
-            config
-                .response_timeout
-                .min(d.saturating_duration_since(Instant::now()))
-        });
-        let subscription = self
-            .inner()
-            .hub
-            .subscribe_with(&self.shared.channel, budget, Wake::Count)
-            .await;
-        loop {
-            let taken = self.attempt(n).await?;
-            subscription.used();
-            if taken {
-                return Ok(true);
-            }
-            let mut nap = config.recheck_interval;
-            if let Some(d) = deadline {
-                let now = Instant::now();
-                if now >= d {
-                    return Ok(false);
-                }
-                nap = nap.min(d - now);
-            }
-            tokio::select! {
-                () = subscription.woken() => {}
-                () = tokio::time::sleep(nap) => {}
-            }
-        }
+        let channel = &self.shared.channel;
+        super::wait_until(self.inner(), channel, Wake::Count, wait, || self.attempt(n)).await
     }
 
     /// One attempt at taking `n` permits. If it is dropped after the script may have run, or
