@@ -175,13 +175,28 @@ impl Executor {
         self.query(&cmd).await.map(drop)
     }
 
-    /// Sends one plain command; `key` names the object in errors.
-    pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
-        let value = self
-            .query(cmd)
-            .await
-            .map_err(|e| Error::from_redis(e, key))?;
+    /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
+    /// it is sent again on a new connection when the connection dropped under it.
+    pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
+        let send = || async { self.query(cmd).await.map_err(|e| Error::from_redis(e, key)) };
+        let value = match send().await {
+            Err(e) if e.connection_dropped() => send().await,
+            other => other,
+        }?;
         T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{key}: {e}")))
+    }
+
+    /// Runs a read-only script, sent again on a new connection when the connection dropped
+    /// under it (it changes nothing, so that is safe); `key` names the object in errors.
+    pub(crate) async fn run_read<T: FromRedisValue>(
+        &self,
+        call: &ScriptCall,
+        key: &str,
+    ) -> Result<T> {
+        match self.run(call, key).await {
+            Err(e) if e.connection_dropped() => self.run(call, key).await,
+            other => other,
+        }
     }
 
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {

@@ -470,3 +470,29 @@ async fn an_acquire_on_a_cut_connection_is_asked_again_on_a_new_one() {
         guard.unlock().await.unwrap();
     }
 }
+
+/// Reads after a cut connection are answered on their first call too (they change nothing, so
+/// they are sent again on a new connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_on_a_cut_connection_is_sent_again_on_a_new_one() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port()).await;
+    let client = support::builder_for(&proxy.url()).build().await.unwrap();
+    let lock = client.get_lock("cut-read");
+    let fenced = client.get_fenced_lock("cut-read");
+    let latch = client.get_count_down_latch("cut-latch");
+    let semaphore = client.get_semaphore("cut-sem");
+    let guard = lock.lock().await.unwrap();
+    for round in 0..4 {
+        proxy.set(support::Mode::Reset);
+        proxy.set(support::Mode::Pass);
+        let read = match round {
+            0 => lock.is_locked().await.map(|held| held as u64),
+            1 => fenced.token().await.map(|t| t.unwrap_or(0)),
+            2 => latch.get_count().await,
+            _ => semaphore.available_permits().await.map(|n| n as u64),
+        };
+        read.unwrap_or_else(|e| panic!("round {round}: the first read after the cut failed: {e}"));
+    }
+    guard.unlock().await.unwrap();
+}

@@ -170,7 +170,7 @@ impl RFencedLock {
         let key = names::token_key(self.lock.name());
         let mut cmd = redis::cmd("GET");
         cmd.arg(&key);
-        self.lock.client().inner.executor.command(&cmd, &key).await
+        self.lock.client().inner.executor.read(&cmd, &key).await
     }
 }
 

@@ -83,7 +83,7 @@ pub(crate) async fn inspect_field(
     field: &str,
 ) -> Result<Inspection> {
     let call = ScriptCall::new(&LOCK_INSPECT).key(key).arg(field);
-    let (locked, holds, pttl): (i64, i64, i64) = client.executor.run(&call, key).await?;
+    let (locked, holds, pttl): (i64, i64, i64) = client.executor.run_read(&call, key).await?;
     Ok(Inspection {
         locked: locked == 1,
         holds: u32::try_from(holds).unwrap_or(0),

@@ -170,7 +170,7 @@ impl RCountDownLatch {
         self.check()?;
         let mut cmd = redis::cmd("GET");
         cmd.arg(&self.name);
-        let count: Option<String> = self.client.inner.executor.command(&cmd, &self.name).await?;
+        let count: Option<String> = self.client.inner.executor.read(&cmd, &self.name).await?;
         match count {
             None => Ok(0),
             Some(text) => match text.parse::<i64>() {

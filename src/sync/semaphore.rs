@@ -190,7 +190,7 @@ impl RSemaphore {
         let name = &self.shared.name;
         let mut cmd = redis::cmd("GET");
         cmd.arg(name);
-        let free: Option<String> = self.inner().executor.command(&cmd, name).await?;
+        let free: Option<String> = self.inner().executor.read(&cmd, name).await?;
         match free {
             None => Ok(0),
             Some(text) => text
