@@ -36,12 +36,7 @@ async fn fifty_waiters_on_three_clients_wake_when_the_last_count_goes() {
         }));
     }
     // Every client has its subscription up before the count runs out.
-    assert!(
-        support::eventually(Duration::from_secs(5), || async {
-            server.subscribers(CHANNEL).await == 3
-        })
-        .await
-    );
+    server.wait_subscribers(CHANNEL, 3).await;
     assert_eq!(latch.count_down().await.unwrap(), 2);
     assert_eq!(
         clients[1]
@@ -136,12 +131,7 @@ async fn a_java_count_down_wakes_a_waiter() {
     let latch = client.get_count_down_latch("gate");
     assert!(latch.try_set_count(1).await.unwrap());
     let waiter = tokio::spawn(async move { latch.await_for(Duration::from_secs(10)).await });
-    assert!(
-        support::eventually(Duration::from_secs(5), || async {
-            server.subscribers(CHANNEL).await == 1
-        })
-        .await
-    );
+    server.wait_subscribers(CHANNEL, 1).await;
     let mut raw = server.raw().await;
     let left: i64 = raw.decr("gate", 1).await.unwrap();
     assert_eq!(left, 0);
@@ -178,12 +168,7 @@ async fn await_for_times_out_and_delete_opens_the_latch() {
             tokio::spawn(async move { latch.await_zero().await })
         })
         .collect();
-    assert!(
-        support::eventually(Duration::from_secs(5), || async {
-            server.subscribers(CHANNEL).await == 1
-        })
-        .await
-    );
+    server.wait_subscribers(CHANNEL, 1).await;
     assert!(latch.delete().await.unwrap());
     for result in join_within(
         Duration::from_secs(2),

@@ -80,12 +80,7 @@ async fn a_waiter_is_woken_by_a_release_on_another_client() {
             tokio::spawn(async move { semaphore.acquire(1).await })
         })
         .collect();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            server.subscribers(CHANNEL).await == 1
-        })
-        .await
-    );
+    server.wait_subscribers(CHANNEL, 1).await;
     let released = Instant::now();
     // One release of two permits: its message (the count, 2) wakes both waiters.
     there.get_semaphore("slots").release(2).await.unwrap();
@@ -186,12 +181,7 @@ async fn a_java_client_shares_the_permits_and_wakes_waiters() {
         let semaphore = semaphore.clone();
         tokio::spawn(async move { semaphore.try_acquire_for(1, Duration::from_secs(10)).await })
     };
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            server.subscribers(CHANNEL).await == 1
-        })
-        .await
-    );
+    server.wait_subscribers(CHANNEL, 1).await;
     let free: i64 = raw.incr("slots", 1).await.unwrap();
     let _: () = raw.publish(CHANNEL, free).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(2), waiter)

@@ -430,4 +430,17 @@ impl RedisServer {
             .expect("PUBSUB NUMSUB");
         counts.first().map_or(0, |(_, n)| *n)
     }
+
+    /// Waits (at most 5 s) until `channel` has exactly `clients` subscribed connections; panics
+    /// when it does not.
+    pub async fn wait_subscribers(&self, channel: &str, clients: i64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.subscribers(channel).await != clients {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{channel} never had {clients} subscribers"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
 }
