@@ -294,11 +294,7 @@ async fn contenders_never_overlap_and_leave_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_head_waiter_is_woken_on_its_own_channel() {
     let server = RedisServer::start();
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let guard = client.get_fair_lock("own-channel").lock().await.unwrap();
     let waiter = client.get_fair_lock("own-channel");
     let task = tokio::spawn(async move {

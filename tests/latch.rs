@@ -6,9 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ferrisson::Error;
-use futures::StreamExt;
 use redis::AsyncCommands;
-use support::{RedisServer, builder, client, join_within};
+use support::{RedisServer, client, join_within};
 
 const CHANNEL: &str = "redisson_countdownlatch__channel__{gate}";
 
@@ -18,11 +17,7 @@ async fn fifty_waiters_on_three_clients_wake_when_the_last_count_goes() {
     let mut clients = Vec::new();
     for _ in 0..3 {
         // A long re-check interval: only the message can wake them in time.
-        let client = builder(&server)
-            .recheck_interval(Duration::from_secs(30))
-            .build()
-            .await
-            .unwrap();
+        let client = support::message_only_client(&server).await;
         clients.push(client);
     }
     let latch = clients[0].get_count_down_latch("gate");
@@ -75,13 +70,7 @@ async fn fifty_waiters_on_three_clients_wake_when_the_last_count_goes() {
 async fn layout_and_messages_follow_redisson() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe(CHANNEL).await.unwrap();
-    let mut messages = pubsub.on_message();
+    let mut listener = support::Listener::on(&server, CHANNEL).await;
     let latch = client.get_count_down_latch("gate");
     assert_eq!(
         latch.get_count().await.unwrap(),
@@ -93,27 +82,19 @@ async fn layout_and_messages_follow_redisson() {
     let mut raw = server.raw().await;
     let count: String = raw.get("gate").await.unwrap();
     assert_eq!(count, "2");
-    let mut next = async || {
-        let msg = tokio::time::timeout(Duration::from_secs(2), messages.next())
-            .await
-            .unwrap()
-            .unwrap();
-        msg.get_payload::<String>().unwrap()
-    };
-    assert_eq!(next().await, "1", "a new count is published as 1");
+    assert_eq!(listener.next().await, "1", "a new count is published as 1");
     latch.count_down().await.unwrap();
     latch.count_down().await.unwrap();
-    assert_eq!(next().await, "0", "opening is published as 0");
+    assert_eq!(listener.next().await, "0", "opening is published as 0");
     assert_eq!(
         latch.count_down().await.unwrap(),
         0,
         "an open latch stays open"
     );
     assert!(!raw.exists::<_, bool>("gate").await.unwrap());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), next())
-            .await
-            .is_err(),
+    assert_eq!(
+        listener.next_within(Duration::from_millis(200)).await,
+        None,
         "counting an open latch down tells nobody"
     );
 }
@@ -123,11 +104,7 @@ async fn layout_and_messages_follow_redisson() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_count_down_wakes_a_waiter() {
     let server = RedisServer::start();
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let latch = client.get_count_down_latch("gate");
     assert!(latch.try_set_count(1).await.unwrap());
     let waiter = tokio::spawn(async move { latch.await_for(Duration::from_secs(10)).await });
@@ -148,11 +125,7 @@ async fn a_java_count_down_wakes_a_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn await_for_times_out_and_delete_opens_the_latch() {
     let server = RedisServer::start();
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let latch = client.get_count_down_latch("gate");
     assert!(latch.try_set_count(1).await.unwrap());
     let started = Instant::now();

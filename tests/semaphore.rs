@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrisson::Error;
-use futures::StreamExt;
 use redis::AsyncCommands;
-use support::{Mode, Proxy, RedisServer, builder, builder_for, client, eventually, join_within};
+use support::{Mode, Proxy, RedisServer, builder_for, client, eventually, join_within};
 
 const CHANNEL: &str = "redisson_sc:{slots}";
 
@@ -68,9 +67,8 @@ async fn never_more_permits_out_than_the_semaphore_has() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_a_release_on_another_client() {
     let server = RedisServer::start();
-    let quiet = |s: &RedisServer| builder(s).recheck_interval(Duration::from_secs(30)).build();
-    let here = quiet(&server).await.unwrap();
-    let there = quiet(&server).await.unwrap();
+    let here = support::message_only_client(&server).await;
+    let there = support::message_only_client(&server).await;
     let semaphore = here.get_semaphore("slots");
     assert!(semaphore.try_set_permits(2).await.unwrap());
     semaphore.acquire(2).await.unwrap();
@@ -99,20 +97,7 @@ async fn a_waiter_is_woken_by_a_release_on_another_client() {
 async fn layout_messages_and_the_other_operations_follow_redisson() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe(CHANNEL).await.unwrap();
-    let mut messages = pubsub.on_message();
-    let mut next = async || {
-        let msg = tokio::time::timeout(Duration::from_secs(2), messages.next())
-            .await
-            .unwrap()
-            .unwrap();
-        msg.get_payload::<String>().unwrap()
-    };
+    let mut listener = support::Listener::on(&server, CHANNEL).await;
     let semaphore = client.get_semaphore("slots");
     assert_eq!(semaphore.available_permits().await.unwrap(), 0);
     assert!(semaphore.try_set_permits(5).await.unwrap());
@@ -120,7 +105,7 @@ async fn layout_messages_and_the_other_operations_follow_redisson() {
         !semaphore.try_set_permits(9).await.unwrap(),
         "set only once"
     );
-    assert_eq!(next().await, "5");
+    assert_eq!(listener.next().await, "5");
     let mut raw = server.raw().await;
     let count: String = raw.get("slots").await.unwrap();
     assert_eq!(count, "5", "a string count named like the semaphore");
@@ -133,11 +118,15 @@ async fn layout_messages_and_the_other_operations_follow_redisson() {
             .unwrap()
     );
     semaphore.release(3).await.unwrap();
-    assert_eq!(next().await, "4", "a release publishes the count free now");
+    assert_eq!(
+        listener.next().await,
+        "4",
+        "a release publishes the count free now"
+    );
     assert_eq!(semaphore.add_permits(-3).await.unwrap(), 1);
-    assert_eq!(next().await, "1");
+    assert_eq!(listener.next().await, "1");
     assert_eq!(semaphore.add_permits(2).await.unwrap(), 3);
-    assert_eq!(next().await, "3");
+    assert_eq!(listener.next().await, "3");
     assert_eq!(semaphore.drain_permits().await.unwrap(), 3);
     assert_eq!(semaphore.available_permits().await.unwrap(), 0);
     assert_eq!(semaphore.drain_permits().await.unwrap(), 0);
@@ -153,11 +142,7 @@ async fn layout_messages_and_the_other_operations_follow_redisson() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_client_shares_the_permits_and_wakes_waiters() {
     let server = RedisServer::start();
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let semaphore = client.get_semaphore("slots");
     assert!(semaphore.try_set_permits(1).await.unwrap());
     let mut raw = server.raw().await;

@@ -86,11 +86,7 @@ async fn handoffs_wake_the_waiter_by_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
     let server = RedisServer::start();
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     // The holder is another client, so its release frees the lock and publishes (a holder of
     // the waiter's own client would hand the lock over without a message).
     let holder = support::client(&server).await.get_lock("resubscribe");
@@ -309,11 +305,7 @@ async fn every_local_waiter_gets_the_lock_in_turn(foreign_waiter: bool) {
 async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let _: () = raw.hset("old", "java:1", 1).await.unwrap();
     let _: () = raw.hset("new", "java:1", 1).await.unwrap();
     let waiter = client.get_lock("old");
@@ -378,11 +370,7 @@ async fn a_reconnect_for_a_new_channel_subscribes_the_old_ones_too() {
 async fn a_waiter_that_leaves_with_an_unused_wake_up_passes_it_on() {
     let server = RedisServer::start();
     // A re-check so long that only a passed-on wake-up can explain a prompt grant.
-    let client = builder(&server)
-        .recheck_interval(Duration::from_secs(30))
-        .build()
-        .await
-        .unwrap();
+    let client = support::message_only_client(&server).await;
     let mut raw = server.raw().await;
     let _: () = raw.hset("pass-on", "java:1", 1).await.unwrap();
     let first = client.get_lock("pass-on");

@@ -37,6 +37,52 @@ pub fn builder_for(url: &str) -> ferrisson::ClientBuilder {
         .connection_timeout(Duration::from_millis(800))
 }
 
+/// A client of `server` whose waiters, within a test's time, wake only by message: its re-check
+/// interval (the fallback for a lost message) is 30 s.
+pub async fn message_only_client(server: &RedisServer) -> ferrisson::Client {
+    builder(server)
+        .recheck_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("client connects to the test server")
+}
+
+/// A raw subscriber to one channel, as a Java client would be.
+pub struct Listener {
+    messages: futures::stream::BoxStream<'static, redis::Msg>,
+}
+
+impl Listener {
+    /// Subscribes to `channel` on `server` (subscribed when this returns).
+    pub async fn on(server: &RedisServer, channel: &str) -> Listener {
+        let mut pubsub = redis::Client::open(server.url())
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .expect("pub/sub connection to the test server");
+        pubsub.subscribe(channel).await.unwrap();
+        Listener {
+            messages: Box::pin(pubsub.into_on_message()),
+        }
+    }
+
+    /// The next message's payload, waiting at most `within`; `None` when none came.
+    pub async fn next_within(&mut self, within: Duration) -> Option<String> {
+        use futures::StreamExt;
+        let msg = tokio::time::timeout(within, self.messages.next())
+            .await
+            .ok()??;
+        Some(msg.get_payload().expect("a text payload"))
+    }
+
+    /// The next message's payload; panics when none comes within 2 s.
+    pub async fn next(&mut self) -> String {
+        self.next_within(Duration::from_secs(2))
+            .await
+            .expect("a message within 2 s")
+    }
+}
+
 /// Polls `check` every 10 ms until it is true or `within` has passed.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
