@@ -22,4 +22,4 @@ pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
 pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock};
-pub use sync::{RCountDownLatch, RMutex, RSemaphore};
+pub use sync::{PermitGuard, RCountDownLatch, RMutex, RPermitExpirableSemaphore, RSemaphore};

@@ -3,8 +3,9 @@
 //!
 //! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair|redlock]`,
 //! where `<ms>` is the watchdog timeout and the fair lock queue timeout; for `redlock` the URL is
-//! a comma-separated list, one per instance. Prints `LOCKED <token>` once it holds the lock; a
-//! fair waiter is queued while it waits.
+//! a comma-separated list, one per instance; `permit` takes one permit of the permit-expirable
+//! semaphore `<lock-name>` instead. Prints `LOCKED <token>` once it holds the lock; a fair
+//! waiter is queued while it waits.
 
 use std::time::Duration;
 
@@ -47,6 +48,16 @@ async fn main() {
         fail(3, "lease lost");
     }
     let client = &clients[0];
+    if kind == "permit" {
+        let permit = client
+            .get_permit_expirable_semaphore(name)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| fail(1, &format!("cannot acquire: {e}")));
+        println!("LOCKED {}", permit.fencing_token());
+        permit.lost().await;
+        fail(3, "permit lost");
+    }
     let lock = match kind {
         "lock" => client.get_lock(name),
         "read" => client.get_read_write_lock(name).read_lock(),
