@@ -11,6 +11,7 @@ mod lock;
 mod names;
 mod owner;
 mod pubsub;
+mod revoke;
 mod runtime;
 mod script;
 mod slots;

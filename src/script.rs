@@ -73,6 +73,7 @@ scripts! {
     PERMIT_RELEASE => "permit_release",
     PERMIT_RENEW => "permit_renew",
     PERMIT_SET => "permit_set",
+    REVOKE => "revoke",
 }
 
 /// One invocation of a script: its keys, then its arguments.
