@@ -5,14 +5,16 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only).
 //!
-//! Exits 2 when any library let two holders into a critical section at once.
+//! Exits 2 when any library let two holders into a critical section at once (or, in the
+//! semaphore workload, more holders than permits).
 
 mod libs;
 mod memory;
+mod semaphore;
 mod server;
 mod watchdog;
 mod workloads;
@@ -60,7 +62,7 @@ impl<T> Outcome<T> {
         }
     }
     fn violated(&self) -> bool {
-        matches!(self, Outcome::Failed(r) if r.contains("MUTUAL EXCLUSION"))
+        matches!(self, Outcome::Failed(r) if r.contains("MUTUAL EXCLUSION") || r.contains(SEMAPHORE_VIOLATED))
     }
 }
 
@@ -445,13 +447,61 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
     out
 }
 
+/// One row of workload 7 (a semaphore library, not one of the lock libraries above).
+struct SemResult {
+    name: &'static str,
+    kind: Kind,
+    config: String,
+    sem: Outcome<semaphore::Semaphore>,
+}
+
+/// Workload 7: SEM_ROUNDS runs per semaphore library, interleaved across the libraries, each
+/// with a freshly connected library on a flushed server.
+async fn semaphore_phase(ctx: &mut Ctx) -> Vec<SemResult> {
+    let entries = semaphore::sem_entries();
+    let mut runs: Vec<std::result::Result<Vec<semaphore::SemRun>, String>> =
+        entries.iter().map(|_| Ok(Vec::new())).collect();
+    let on = workload("sem");
+    if on {
+        for round in 0..semaphore::SEM_ROUNDS {
+            eprintln!("semaphore round {}/{}", round + 1, semaphore::SEM_ROUNDS);
+            for (e, slot) in entries.iter().zip(runs.iter_mut()) {
+                if !selected(e.name) || slot.is_err() {
+                    continue;
+                }
+                let cap = semaphore::SEM_DURATION + Duration::from_secs(30);
+                let r = ctx.run_one(false, cap, (e.run)(ctx.server.url())).await;
+                record(slot, r);
+            }
+        }
+        let _ = ctx.flush().await;
+    }
+    entries
+        .into_iter()
+        .zip(runs)
+        .filter(|(e, _)| selected(e.name))
+        .map(|(e, r)| SemResult {
+            name: e.name,
+            kind: e.kind,
+            config: e.config,
+            sem: match r {
+                Ok(runs) => match semaphore::aggregate(runs) {
+                    Some(s) => Outcome::Ok(s),
+                    None => Outcome::Na("not run".into()),
+                },
+                Err(err) => Outcome::Failed(err),
+            },
+        })
+        .collect()
+}
+
 type WdHold = fn(
     String,
 ) -> std::pin::Pin<
     Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>,
 >;
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem limits the workloads (and then nothing is written).
+/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -616,6 +666,8 @@ async fn async_main() -> Result<()> {
         }
     }
 
+    let sem = semaphore_phase(&mut ctx).await;
+
     let elapsed = started.elapsed();
     let env = Env {
         nproc: sh("nproc", &[]),
@@ -633,7 +685,7 @@ async fn async_main() -> Result<()> {
         rustc: sh("rustc", &["--version"]),
         elapsed,
     };
-    let (tables, targets) = render(&results, &limits);
+    let (tables, targets) = render(&results, &sem, &limits);
     println!("{tables}\n{targets}");
     let partial = [
         "COMPARE_ONLY",
@@ -667,9 +719,13 @@ async fn async_main() -> Result<()> {
                 || r.many.violated()
         })
         .map(|r| r.name)
+        .chain(sem.iter().filter(|r| r.sem.violated()).map(|r| r.name))
         .collect();
     if !violated.is_empty() {
-        eprintln!("MUTUAL EXCLUSION VIOLATED by: {}", violated.join(", "));
+        eprintln!(
+            "MUTUAL EXCLUSION (or semaphore limit) VIOLATED by: {}",
+            violated.join(", ")
+        );
         std::process::exit(2);
     }
     Ok(())
@@ -719,7 +775,7 @@ fn ratio(a: f64, b: Option<f64>) -> String {
     }
 }
 
-fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
+fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String, String) {
     let mut t = String::new();
     let fer = results.iter().find(|r| r.kind == Kind::Ferrisson);
     let raw = results.iter().find(|r| r.kind == Kind::Raw);
@@ -1061,6 +1117,9 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
 
     // 6. Memory
     t.push_str(&render_memory(results));
+
+    // 7. Semaphore
+    t.push_str(&render_semaphore(sem));
 
     // Targets
     let peers: Vec<&LibResult> = results.iter().filter(|r| r.kind == Kind::Peer).collect();
@@ -1452,6 +1511,119 @@ fn render_memory(results: &[LibResult]) -> String {
     t
 }
 
+fn render_semaphore(sem: &[SemResult]) -> String {
+    use semaphore::{SEM_DURATION, SEM_HOLD, SEM_PERMITS, SEM_ROUNDS, SEM_TASKS};
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n### 7. Semaphore: {SEM_PERMITS} permits, {SEM_TASKS} tasks, each holding a permit {} ms, {} s per run ({SEM_ROUNDS} runs)\n",
+        SEM_HOLD.as_millis(),
+        SEM_DURATION.as_secs()
+    );
+    let _ = writeln!(
+        t,
+        "One semaphore of {SEM_PERMITS} permits on one client (one library instance); {SEM_TASKS} tasks on the \
+         shared 2-worker runtime each take one permit, hold it {} ms (a tokio sleep, so a little longer: see \
+         hold), give it back, and again, until {} s are over; an acquire still waiting then may finish and gives its \
+         permit straight back, uncounted. Each \
+         library's {SEM_ROUNDS} runs are interleaved with the other libraries', each on a flushed server with a \
+         freshly connected library and one warm-up cycle per task. Every holder goes through an in-process \
+         counter that must stay at or under {SEM_PERMITS}: one more holder at once panics the task and shows as \
+         FAILED; peak is the most holders seen at once (under {SEM_PERMITS}: the library never let the permits be \
+         used together); free after: the permits free once every task of a run has released, one per run, \
+         which must be {SEM_PERMITS} (less: the library lost permits). The hold is there so that the permits are busy and most tasks wait: the rate then \
+         measures how fast a released permit reaches a waiter (with no hold, the task that released mostly \
+         takes its permit straight back), and an overlap would have a whole hold to show.\n",
+        SEM_HOLD.as_millis(),
+        SEM_DURATION.as_secs()
+    );
+    let _ = writeln!(
+        t,
+        "cycles/s is the median run (range: slowest..fastest run); latencies, hold and per-cycle costs are \
+         that median run's; per task min..max is over every run. Ceiling: {SEM_PERMITS} ÷ mean hold, the rate \
+         if a released permit reached a waiter at no cost. Per cycle, over the whole run (failed attempts, \
+         polls, wake-ups and lease extensions included): socket reads Redis made (`total_reads_processed`; \
+         unlike workload 1, the {SEM_TASKS} tasks share a connection, so one read often brings several \
+         tasks' requests and reads are fewer than requests: use scripts and all cmds for the work done), \
+         script calls (EVALSHA/EVAL/FCALL), µs Redis spent in them, every command Redis ran (those inside \
+         scripts included), and CPU µs of this process and of redis-server.\n"
+    );
+    let fer = sem
+        .iter()
+        .find(|r| r.kind == Kind::Ferrisson)
+        .and_then(|r| r.sem.ok())
+        .map(|s| s.cycles_per_s);
+    let raw = sem
+        .iter()
+        .find(|r| r.kind == Kind::Raw)
+        .and_then(|r| r.sem.ok())
+        .map(|s| s.cycles_per_s);
+    let _ = writeln!(
+        t,
+        "| library | cycles/s | range | hold ms | vs ceiling | acquire p50 ms | acquire p99 ms | per task min..max | peak holders | free after | reads | scripts | script exec µs | all cmds | client µs | redis µs | vs ferrisson | vs raw |"
+    );
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for r in sem {
+        match (&r.sem, r.sem.cell()) {
+            (Outcome::Ok(s), _) => {
+                let stalled = match s.stalled {
+                    Some((n, at)) => format!(
+                        " (stalled in {n} of {} runs: no grant after {at:.1} s of {})",
+                        s.runs,
+                        SEM_DURATION.as_secs()
+                    ),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    t,
+                    "| {}{stalled} | {} | {}..{} | {} | {} | {} | {} | {}..{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f0(s.cycles_per_s),
+                    f0(s.range.0),
+                    f0(s.range.1),
+                    f3(s.hold_ms_mean),
+                    ratio(s.cycles_per_s, Some(s.ceiling())),
+                    f3(s.acq_p50_ms),
+                    f3(s.acq_p99_ms),
+                    s.per_task_min,
+                    s.per_task_max,
+                    s.peak,
+                    s.free_after
+                        .iter()
+                        .map(|f| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    f2(s.reads_per_cycle),
+                    f2(s.scripts_per_cycle),
+                    f1(s.script_exec_us_per_cycle),
+                    f2(s.cmds_per_cycle),
+                    f0(s.client_us_per_cycle),
+                    f0(s.server_us_per_cycle),
+                    ratio(s.cycles_per_s, fer),
+                    ratio(s.cycles_per_s, raw),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+    let _ = writeln!(t, "\nHow each semaphore is driven:\n");
+    for r in sem {
+        let _ = writeln!(t, "- **{}**: {}", r.name, r.config);
+    }
+    let _ = writeln!(
+        t,
+        "\nNot in this table, having no Redis-backed counting semaphore: {}.",
+        semaphore::NOT_INCLUDED
+    );
+    t
+}
+
 fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> String {
     let mut d = String::new();
     let _ = writeln!(
@@ -1642,7 +1814,7 @@ mod tests {
             c50: skipped(),
             c50p16: skipped(),
         };
-        let (tables, targets) = render(&results, &limits);
+        let (tables, targets) = render(&results, &[], &limits);
         let doc = document(&tables, &targets, &results, &env());
         let section = doc
             .find("### 6. Memory: what 20000 distinct names")
@@ -1665,6 +1837,74 @@ mod tests {
         }
         assert!(doc.contains("20000 names hit 10000 slots"), "{doc}");
         assert!(doc.contains("it stays at most 16384 counters ≈ 1.31 MB (0.13 B per name), where a leftover of 40.0 B per name would be 400.00 MB"), "{doc}");
+    }
+
+    /// The full run writes section 7 with the other tables, before the targets, a row per
+    /// semaphore library (a FAILED one included) and the notes on who is driven how.
+    #[test]
+    fn a_full_run_writes_the_semaphore_section() {
+        let s = |rate: f64, free: i64| semaphore::Semaphore {
+            runs: 3,
+            cycles_per_s: rate,
+            range: (rate - 10.0, rate + 10.0),
+            acq_p50_ms: 0.5,
+            acq_p99_ms: 5.0,
+            per_task_min: 90,
+            per_task_max: 110,
+            hold_ms_mean: 2.0,
+            peak: 4,
+            reads_per_cycle: 1.5,
+            scripts_per_cycle: 2.0,
+            script_exec_us_per_cycle: 10.0,
+            cmds_per_cycle: 6.0,
+            client_us_per_cycle: 50.0,
+            server_us_per_cycle: 40.0,
+            stalled: None,
+            free_after: vec![free, free, free],
+        };
+        let row = |name, kind, sem| SemResult {
+            name,
+            kind,
+            config: format!("{name} config"),
+            sem,
+        };
+        let sem = vec![
+            row("raw", Kind::Raw, Outcome::Ok(s(1000.0, 4))),
+            row("ferrisson", Kind::Ferrisson, Outcome::Ok(s(1500.0, 4))),
+            row("peer", Kind::Peer, Outcome::Ok(s(500.0, 3))),
+            row(
+                "bad",
+                Kind::Peer,
+                Outcome::Failed("SEMAPHORE LIMIT VIOLATED (bad): 4 other holders".into()),
+            ),
+        ];
+        let skipped = || Err(anyhow::anyhow!("skipped"));
+        let limits = Limits {
+            c1: skipped(),
+            c50: skipped(),
+            c50p16: skipped(),
+        };
+        let (tables, targets) = render(&[], &sem, &limits);
+        let doc = document(&tables, &targets, &[], &env());
+        let section = doc
+            .find("### 7. Semaphore: 4 permits, 16 tasks")
+            .expect("semaphore section");
+        assert!(
+            section < doc.find("### Targets").unwrap(),
+            "the section comes with the other tables"
+        );
+        for line in [
+            "| ferrisson | 1500 | 1490..1510 | 2.000 | 0.75× | 0.500 | 5.000 | 90..110 | 4 | 4, 4, 4 | 1.50 | 2.00 | 10.0 | 6.00 | 50 | 40 | 1.00× | 1.50× |",
+            "| peer | 500 | 490..510 | 2.000 | 0.25× | 0.500 | 5.000 | 90..110 | 4 | 3, 3, 3 | 1.50 | 2.00 | 10.0 | 6.00 | 50 | 40 | 0.33× | 0.50× |",
+            "| bad | FAILED: SEMAPHORE LIMIT VIOLATED (bad): 4 other holders | | | | | | | | | | | | | | | | |",
+            "- **peer**: peer config",
+        ] {
+            assert!(
+                doc.lines().any(|l| l == line),
+                "missing line {line:?} in\n{doc}"
+            );
+        }
+        assert!(sem[3].sem.violated());
     }
 
     /// The bound is claimed only for a leftover made of per-slot counters alone.

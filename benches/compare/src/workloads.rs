@@ -13,22 +13,51 @@ use tokio::task::JoinHandle;
 use crate::libs::{Lib, Owner};
 use crate::server::{CmdStats, commandstats, cpu_now};
 
-pub struct Inside(AtomicUsize);
+/// Holders inside a critical section right now; entering past `limit` (1 for a lock, the
+/// permits for a semaphore) panics the task.
+pub struct Inside {
+    now: AtomicUsize,
+    limit: usize,
+    /// The most holders seen inside at once.
+    peak: AtomicUsize,
+}
+
+/// What an overlap's panic says for a semaphore (a lock's says MUTUAL EXCLUSION VIOLATED).
+pub const SEMAPHORE_VIOLATED: &str = "SEMAPHORE LIMIT VIOLATED";
 
 impl Inside {
+    /// For a lock: one holder at a time.
     pub fn new() -> Arc<Inside> {
-        Arc::new(Inside(AtomicUsize::new(0)))
+        Inside::with_limit(1)
+    }
+    /// For a semaphore of `limit` permits taken one at a time: at most `limit` holders at once.
+    pub fn with_limit(limit: usize) -> Arc<Inside> {
+        Arc::new(Inside {
+            now: AtomicUsize::new(0),
+            limit,
+            peak: AtomicUsize::new(0),
+        })
     }
     pub fn enter(&self, who: &str) {
-        let before = self.0.fetch_add(1, Ordering::SeqCst);
-        if before != 0 {
+        let before = self.now.fetch_add(1, Ordering::SeqCst);
+        self.peak.fetch_max(before + 1, Ordering::SeqCst);
+        if before >= self.limit {
+            if self.limit == 1 {
+                panic!(
+                    "MUTUAL EXCLUSION VIOLATED ({who}): {before} other holder(s) inside the critical section"
+                );
+            }
             panic!(
-                "MUTUAL EXCLUSION VIOLATED ({who}): {before} other holder(s) inside the critical section"
+                "{SEMAPHORE_VIOLATED} ({who}): {before} other holders inside a section of {} permits",
+                self.limit
             );
         }
     }
     pub fn exit(&self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
     }
 }
 
@@ -578,6 +607,18 @@ mod tests {
         inside.enter("test");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inside.enter("test")));
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn a_semaphore_section_lets_in_its_permits_and_no_more() {
+        let inside = Inside::with_limit(4);
+        for _ in 0..4 {
+            inside.enter("test");
+        }
+        assert_eq!(inside.peak(), 4);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inside.enter("test")));
+        let msg = *r.unwrap_err().downcast::<String>().unwrap();
+        assert!(msg.contains(SEMAPHORE_VIOLATED), "{msg}");
     }
 
     #[tokio::test]
