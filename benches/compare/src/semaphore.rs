@@ -83,15 +83,13 @@ pub fn sem_entry<L: SemLib>() -> SemEntry {
 
 /// The rows of workload 7, in table order: the raw floor, ferrisson, then the peers.
 ///
-/// A second ferrisson row belongs here, right after `FerrissonSem`, once ferrisson has
-/// `RPermitExpirableSemaphore`: an adapter like `FerrissonSem` whose holder keeps the permit id
-/// `acquire` returns and releases that id, with `KIND = Kind::Ferrisson`. The table computes
-/// "vs ferrisson" against the first ferrisson row (`RSemaphore`), so the second row reads as
-/// the cost of expirable permits.
+/// The table computes "vs ferrisson" against the first ferrisson row (`RSemaphore`), so the
+/// second (`RPermitExpirableSemaphore`) reads as the cost of owned, expiring permits.
 pub fn sem_entries() -> Vec<SemEntry> {
     vec![
         sem_entry::<RawSem>(),
         sem_entry::<FerrissonSem>(),
+        sem_entry::<FerrissonPermits>(),
         sem_entry::<RedissonSem>(),
         sem_entry::<DlrSem>(),
     ]
@@ -460,6 +458,72 @@ impl SemHolder for FerrissonSemHolder {
     }
     async fn release(&mut self) -> Result<()> {
         self.sem.release(1).await.map_err(e)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ferrisson RPermitExpirableSemaphore: each permit is owned (an id with a lease in a zset),
+// renewed by the watchdog while its guard lives, released by id.
+
+pub struct FerrissonPermits {
+    client: ferrisson::Client,
+}
+
+pub struct FerrissonPermitsHolder {
+    sem: ferrisson::RPermitExpirableSemaphore,
+    held: Option<ferrisson::PermitGuard>,
+}
+
+impl SemLib for FerrissonPermits {
+    type H = FerrissonPermitsHolder;
+    const NAME: &'static str = "ferrisson RPermitExpirableSemaphore";
+    const KIND: Kind = Kind::Ferrisson;
+    async fn connect(url: &str, permits: u32) -> Result<Self> {
+        let client = ferrisson::Client::connect(url).await.map_err(e)?;
+        if !client
+            .get_permit_expirable_semaphore(SEM_KEY)
+            .try_set_permits(permits.into())
+            .await
+            .map_err(e)?
+        {
+            bail!("{SEM_KEY} already had permits");
+        }
+        Ok(FerrissonPermits { client })
+    }
+    async fn holder(self: &Arc<Self>) -> Result<FerrissonPermitsHolder> {
+        Ok(FerrissonPermitsHolder {
+            sem: self.client.get_permit_expirable_semaphore(SEM_KEY),
+            held: None,
+        })
+    }
+    async fn free_permits(
+        self: &Arc<Self>,
+        _: &mut redis::aio::MultiplexedConnection,
+    ) -> Result<i64> {
+        self.client
+            .get_permit_expirable_semaphore(SEM_KEY)
+            .available_permits()
+            .await
+            .map_err(e)
+    }
+    fn config() -> String {
+        "one Client; `get_permit_expirable_semaphore` per task, `try_set_permits(4)` once; \
+         `acquire()` (watchdog lease) / `guard.release()`; waiters wake on the release's pub/sub \
+         message or at the first permit's expiry"
+            .into()
+    }
+}
+
+impl SemHolder for FerrissonPermitsHolder {
+    async fn acquire(&mut self) -> Result<()> {
+        self.held = Some(self.sem.acquire().await.map_err(e)?);
+        Ok(())
+    }
+    async fn release(&mut self) -> Result<()> {
+        match self.held.take() {
+            Some(guard) => guard.release().await.map_err(e),
+            None => bail!("release without a permit"),
+        }
     }
 }
 
