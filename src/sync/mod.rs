@@ -47,7 +47,7 @@ where
             .response_timeout
             .min(d.saturating_duration_since(Instant::now()))
     });
-    let subscription = inner.hub.subscribe_with(channel, budget, policy).await;
+    let subscription = inner.hub.subscribe_with(channel, budget, policy).await?;
     loop {
         let done = ready().await?;
         subscription.used();
@@ -63,7 +63,7 @@ where
             nap = nap.min(d - now);
         }
         tokio::select! {
-            () = subscription.woken() => {}
+            woken = subscription.woken() => woken?,
             () = tokio::time::sleep(nap) => {}
         }
     }
