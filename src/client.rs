@@ -260,7 +260,9 @@ impl Client {
         let connection = Arc::new(Connection::new(redis_client.clone(), connection_config));
         capped(config.connection_timeout, connection.open())
             .await
-            .map_err(Error::Redis)?;
+            .map_err(|e| {
+                Error::from_redis_request(e, "", || "the connection's set-up (SELECT)".into())
+            })?;
         let executor = Executor::new(connection, config.round_trip_cap());
         executor.load_all().await?;
 

@@ -75,10 +75,17 @@ pub(crate) async fn requested(inner: &ClientInner, name: &str, marks: &[&str], l
     }
     let channel = names::revocations(name);
     let config = &inner.config;
-    let subscription = inner
+    let mut subscription = match inner
         .hub
         .subscribe_with(&channel, config.response_timeout, Wake::All)
-        .await;
+        .await
+    {
+        Ok(subscription) => Some(subscription),
+        Err(e) => {
+            tracing::warn!(object = %name, channel = %channel, error = %e, "cannot listen for revocation requests; reading them every re-check interval instead");
+            None
+        }
+    };
     loop {
         match marked(inner, &channel, marks).await {
             Ok(true) => {
@@ -90,11 +97,25 @@ pub(crate) async fn requested(inner: &ClientInner, name: &str, marks: &[&str], l
                 tracing::debug!(object = %name, error = %e, "could not read revocation requests; retrying");
             }
         }
-        subscription.used();
+        let nap = config.recheck_interval.max(Duration::from_millis(10));
+        let woken = async {
+            match &subscription {
+                Some(listening) => {
+                    listening.used();
+                    listening.woken().await
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = subscription.woken() => {}
+            woken = woken => {
+                if let Err(e) = woken {
+                    tracing::warn!(object = %name, channel = %channel, error = %e, "stopped listening for revocation requests; reading them every re-check interval instead");
+                    subscription = None;
+                }
+            }
             () = lease.revoked() => return,
-            () = tokio::time::sleep(config.recheck_interval.max(Duration::from_millis(10))) => {}
+            () = tokio::time::sleep(nap) => {}
         }
     }
 }

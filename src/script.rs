@@ -103,6 +103,20 @@ impl ScriptCall {
         self
     }
 
+    /// What a refusal names: the script and every key it was given.
+    fn describe(&self) -> String {
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        format!(
+            "script {} (EVALSHA) with keys [{}]",
+            self.script.name,
+            keys.join(", ")
+        )
+    }
+
     fn evalsha(&self) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.script.sha())
@@ -136,7 +150,7 @@ impl Executor {
         let value = self
             .run_value(call)
             .await
-            .map_err(|e| Error::from_redis(e, key))?;
+            .map_err(|e| Error::from_redis_request(e, key, || call.describe()))?;
         T::from_redis_value(value)
             .map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))
     }
@@ -161,7 +175,7 @@ impl Executor {
         }
         let shas: Vec<String> = capped(self.cap, self.conn.send_pipeline(&pipe))
             .await
-            .map_err(Error::Redis)?;
+            .map_err(|e| Error::from_redis_request(e, "", || "SCRIPT LOAD".into()))?;
         for (script, sha) in ALL.iter().zip(&shas) {
             if sha != script.sha() {
                 return Err(Error::unexpected(format!(
@@ -183,7 +197,19 @@ impl Executor {
     /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
     /// it is sent again on a new connection when the connection dropped under it.
     pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
-        let send = || async { self.query(cmd).await.map_err(|e| Error::from_redis(e, key)) };
+        let send = || async {
+            self.query(cmd).await.map_err(|e| {
+                Error::from_redis_request(e, key, || {
+                    let name = match cmd.args_iter().next() {
+                        Some(redis::Arg::Simple(name)) => {
+                            String::from_utf8_lossy(name).into_owned()
+                        }
+                        _ => "a read of".to_owned(),
+                    };
+                    format!("{name} {key}")
+                })
+            })
+        };
         let value = match send().await {
             Err(e) if e.connection_dropped() => send().await,
             other => other,
