@@ -471,3 +471,116 @@ async fn readers_and_preferred_writers_never_mix_and_tokens_go_up() {
     let left: bool = raw.exists(marks("mixed")).await.unwrap();
     assert!(!left, "every writer's mark went with its grant");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_reader_wakes_a_writer_queued_behind_held_back_readers_of_its_client() {
+    let server = RedisServer::start();
+    let inside_client = client(&server).await;
+    let inside = preferring(&inside_client, "wake")
+        .read_lock()
+        .lock()
+        .await
+        .unwrap();
+    // A first writer's mark holds the readers back before the writer under test waits.
+    let first_client = client(&server).await;
+    let first = {
+        let write = preferring(&first_client, "wake").write_lock();
+        tokio::spawn(async move { write.lock().await })
+    };
+    wait_for_mark(&server, "wake").await;
+    // On one client: held-back readers wait on the lock's channel first, then the writer. Its
+    // timed attempts are far apart here (a 30 s mark, a 30 s re-check), so only a message wakes
+    // it within the test's bounds.
+    let waiting_client = builder(&server)
+        .fair_lock_queue_timeout(Duration::from_secs(30))
+        .recheck_interval(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let read = preferring(&waiting_client, "wake").read_lock();
+            tokio::spawn(async move { read.lock().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writer = {
+        let write = preferring(&waiting_client, "wake").write_lock();
+        tokio::spawn(async move { write.lock().await })
+    };
+    let mut raw = server.raw().await;
+    let key = marks("wake");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut raw = raw.clone();
+            let key = key.clone();
+            async move { raw.zcard::<_, u64>(&key).await.unwrap() == 2 }
+        })
+        .await,
+        "both writers wait with a mark"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.abort();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut raw = raw.clone();
+            let key = key.clone();
+            async move { raw.zcard::<_, u64>(&key).await.unwrap() == 1 }
+        })
+        .await,
+        "the dropped writer's mark went"
+    );
+    let released = Instant::now();
+    inside.unlock().await.unwrap();
+    // A '0' would wake one waiter of that client, the reader that waited longest, which is
+    // refused again; the '1' a release sends while marks exist wakes the writer too.
+    let w = tokio::time::timeout(Duration::from_secs(3), writer)
+        .await
+        .expect("the last reader's release woke the writer")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(3));
+    w.unlock().await.unwrap();
+    for r in join_within(
+        Duration::from_secs(3),
+        readers,
+        "the write release wakes the readers",
+    )
+    .await
+    {
+        r.unwrap().unlock().await.unwrap();
+    }
+    let _: () = raw.ping().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_in_the_marks_key_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    let _: () = raw.set(marks("foreign"), "not a zset").await.unwrap();
+    let rw = preferring(&client, "foreign");
+    for result in [
+        rw.read_lock().try_lock().await,
+        rw.write_lock().try_lock().await,
+    ] {
+        assert!(
+            matches!(&result, Err(ferrisson::Error::WrongType { key }) if *key == marks("foreign")),
+            "{result:?}"
+        );
+    }
+    let kept: String = raw.get(marks("foreign")).await.unwrap();
+    assert_eq!(kept, "not a zset");
+    let locked: bool = raw.exists("foreign").await.unwrap();
+    assert!(!locked, "nothing was written");
+    // Redisson's policy never reads the key.
+    let plain = client.get_read_write_lock("foreign");
+    plain
+        .read_lock()
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
