@@ -28,7 +28,8 @@ const WAKE_ALL: &str = "1";
 /// `{name}:<owner>:rwlock_timeout:<k>` with its own lease, and the hash lives as long as the
 /// longest hold. The watchdog renews only this client's own read holds, so a crashed reader's
 /// holds expire even while other readers go on. Releases publish on `redisson_rwlock:{name}`:
-/// `1` (wake everybody) when a write hold ends, `0` when the last reader leaves.
+/// `1` (wake everybody) when a write hold ends, `0` when the last reader leaves (`1` under
+/// [`RwPolicy::PreferWriters`] while a writer waits).
 ///
 /// Under the default [`RwPolicy::Redisson`], readers are not fair to writers: a steady stream of
 /// overlapping readers keeps a writer waiting (as in Redisson). A handle from
