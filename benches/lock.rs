@@ -296,7 +296,10 @@ fn compare_rwlock_policies(rt: &tokio::runtime::Runtime, server: &RedisServer) {
             let mut per_op: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
             let mut redis_usec: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
             for round in 0..=ROUNDS {
-                for (p, policy) in POLICIES.iter().enumerate() {
+                // Odd rounds go the other way round, so neither policy always runs second.
+                let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+                for p in order {
+                    let policy = &POLICIES[p];
                     let name = format!("bench:rw:ab:{policy:?}");
                     server.reset_stats().await;
                     let took = read_cycles(&clients, &name, *policy, tasks, acquisitions).await;

@@ -177,8 +177,10 @@ pub enum RwPolicy {
     /// held-back reader of this client instead of its writer; the writer then finds the lock
     /// free at its next timed attempt, at most a third of the mark's life later.
     ///
-    /// **Cost.** Readers of this policy read the marks and the server time inside the same
-    /// script call (no extra round trip); a last read release checks whether marks exist. A
+    /// **Cost.** Readers of this policy look for marks inside the same script call (no extra
+    /// round trip; without marks it is one `TYPE`, about 0.4 µs of Redis time in
+    /// `cargo bench --bench lock`), and read the server time only when marks exist; a last read
+    /// release checks whether marks exist. A
     /// waiting writer makes one script call per third of the mark's life besides its wake-ups,
     /// plus one when it gives up. Writers are preferred, not queued: writers that follow each
     /// other without a pause hold readers of this policy back for as long as they go on.
