@@ -99,6 +99,43 @@ fn report_semaphore_commands(rt: &tokio::runtime::Runtime, server: &RedisServer)
     });
 }
 
+/// The same for the permit-expirable semaphore: acquire() and release() of a guard, each one
+/// script call (the permit's watchdog renewal is not due within the measured cycles).
+fn report_permit_commands(rt: &tokio::runtime::Runtime, server: &RedisServer) {
+    rt.block_on(async {
+        let client = ferrisson::Client::connect(&server.url()).await.unwrap();
+        let semaphore = client.get_permit_expirable_semaphore("bench:permits");
+        semaphore.try_set_permits(4).await.unwrap();
+        semaphore.acquire().await.unwrap().release().await.unwrap(); // warm-up
+        server.reset_stats().await;
+        const CYCLES: u64 = 1000;
+        let started = Instant::now();
+        for _ in 0..CYCLES {
+            semaphore.acquire().await.unwrap().release().await.unwrap();
+        }
+        let elapsed = started.elapsed();
+        let mut stats = server.commandstats().await;
+        stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
+        let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
+        println!(
+            "Redis commands per uncontended permit acquire()+release() ({CYCLES} cycles in {elapsed:?}):"
+        );
+        for (name, calls) in &stats {
+            println!("  {name:<16} {:>6.3}", *calls as f64 / CYCLES as f64);
+        }
+        assert_eq!(
+            get("evalsha"),
+            2 * CYCLES,
+            "one script call per acquire and per release"
+        );
+        assert_eq!(
+            get("script|load") + get("subscribe") + get("eval"),
+            0,
+            "nothing else on the fast path"
+        );
+    });
+}
+
 fn uncontended(c: &mut Criterion, rt: &tokio::runtime::Runtime, server: &RedisServer) {
     let client = rt
         .block_on(ferrisson::Client::connect(&server.url()))
@@ -371,6 +408,7 @@ fn benches(c: &mut Criterion) {
     let rt = runtime();
     report_commands_per_cycle(&rt, &server);
     report_semaphore_commands(&rt, &server);
+    report_permit_commands(&rt, &server);
     report_rwlock_read_commands(&rt, &server);
     compare_rwlock_policies(&rt, &server);
     uncontended(c, &rt, &server);

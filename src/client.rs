@@ -242,6 +242,22 @@ impl Client {
         crate::RSemaphore::new(self.clone(), name)
     }
 
+    /// A handle on the permit-expirable semaphore `name`, whose permits come back by themselves
+    /// when their holder dies. See [`RPermitExpirableSemaphore`](crate::RPermitExpirableSemaphore).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let slots = client.get_permit_expirable_semaphore("gpu");
+    /// slots.try_set_permits(2).await?;
+    /// slots.acquire().await?.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_permit_expirable_semaphore(&self, name: &str) -> crate::RPermitExpirableSemaphore {
+        crate::RPermitExpirableSemaphore::new(self.clone(), name)
+    }
+
     /// A handle on the non-reentrant mutex `name`. See [`RMutex`](crate::RMutex).
     ///
     /// # Examples

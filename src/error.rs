@@ -39,6 +39,29 @@ pub enum Error {
         name: String,
     },
 
+    /// Permits a [`PermitGuard`](crate::PermitGuard) stood for are gone: their lease expired
+    /// (and the semaphore took them back), or they were released elsewhere. Nothing was given
+    /// back twice: a permit is returned to the semaphore once.
+    #[error("{lost} of {held} permit(s) on semaphore `{name}` were lost")]
+    PermitLost {
+        /// The semaphore's name.
+        name: String,
+        /// How many of the guard's permits were gone.
+        lost: usize,
+        /// How many permits the guard held.
+        held: usize,
+    },
+
+    /// [`release_by_id`](crate::RPermitExpirableSemaphore::release_by_id) named a permit the
+    /// semaphore does not have out: never taken, released already, or expired.
+    #[error("semaphore `{name}` has no permit `{id}` out")]
+    UnknownPermit {
+        /// The semaphore's name.
+        name: String,
+        /// The permit id given.
+        id: String,
+    },
+
     /// A read holder asked for the write side of the same read-write lock. Waiting would wait
     /// for itself for ever, so it is refused at once (Redisson would hang); release the read
     /// holds first.

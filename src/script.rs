@@ -70,6 +70,11 @@ scripts! {
     SEMAPHORE_UNDO => "semaphore_undo",
     SEMAPHORE_RELEASE => "semaphore_release",
     SEMAPHORE_SET => "semaphore_set",
+    PERMIT_ACQUIRE => "permit_acquire",
+    PERMIT_RELEASE => "permit_release",
+    PERMIT_RENEW => "permit_renew",
+    PERMIT_SET => "permit_set",
+    REVOKE => "revoke",
 }
 
 /// One invocation of a script: its keys, then its arguments.

@@ -11,11 +11,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::lease::Lease;
-use crate::script::{Executor, LOCK_RENEW, LuaScript, RWLOCK_READ_RENEW, ScriptCall};
+use crate::names;
+use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
 
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
 pub(crate) const BATCH: usize = 100;
@@ -33,12 +34,22 @@ pub(crate) enum RenewTarget {
         owner: Arc<str>,
         timeouts: Arc<str>,
     },
+    /// The permits of one [`PermitGuard`](crate::PermitGuard): renewing sets each id's expiry in
+    /// the semaphore's `timeouts` zset when all of them are still out.
+    Permits {
+        count: Arc<str>,
+        timeouts: Arc<str>,
+        channel: Arc<str>,
+        /// The guard's permit ids, separated by spaces.
+        ids: Arc<str>,
+    },
 }
 
 impl RenewTarget {
     fn key(&self) -> &str {
         match self {
             RenewTarget::HashField { key, .. } | RenewTarget::ReadHolds { key, .. } => key,
+            RenewTarget::Permits { count, .. } => count,
         }
     }
 
@@ -46,25 +57,56 @@ impl RenewTarget {
         match self {
             RenewTarget::HashField { .. } => &LOCK_RENEW,
             RenewTarget::ReadHolds { .. } => &RWLOCK_READ_RENEW,
+            RenewTarget::Permits { .. } => &PERMIT_RENEW,
+        }
+    }
+
+    /// What marks this hold in the object's revocation requests: the hash field (the owner, or
+    /// `<owner>:write`), the reader's owner; for permits, the first id (a request marks all).
+    pub(crate) fn mark(&self) -> &str {
+        match self {
+            RenewTarget::HashField { field, .. } => field,
+            RenewTarget::ReadHolds { owner, .. } => owner,
+            RenewTarget::Permits { ids, .. } => ids.split(' ').next().unwrap_or_default(),
+        }
+    }
+
+    /// Adds this hold's keys to a renewal call (one hold's keys follow the previous hold's).
+    fn keys(&self, call: ScriptCall) -> ScriptCall {
+        match self {
+            RenewTarget::HashField { key, .. } => call.key(&**key).key(names::revocations(key)),
+            RenewTarget::ReadHolds { key, timeouts, .. } => call
+                .key(&**key)
+                .key(&**timeouts)
+                .key(names::revocations(key)),
+            RenewTarget::Permits {
+                count,
+                timeouts,
+                channel,
+                ..
+            } => call
+                .key(&**count)
+                .key(&**timeouts)
+                .key(&**channel)
+                .key(names::revocations(count)),
+        }
+    }
+
+    /// Adds this hold's argument to a renewal call, after the lease.
+    fn arg(&self, call: ScriptCall) -> ScriptCall {
+        match self {
+            RenewTarget::HashField { field, .. } => call.arg(&**field),
+            RenewTarget::ReadHolds { owner, .. } => call.arg(&**owner),
+            RenewTarget::Permits { ids, .. } => call.arg(&**ids),
         }
     }
 
     /// The renewal of this one hold to a TTL of `lease_ms`; replies `[1]` when it was still
-    /// held (and got the TTL), `[0]` when not.
+    /// held (and got the TTL), `[2]` the same with a revocation requested, anything else when
+    /// not.
     pub(crate) fn call(&self, lease_ms: u64) -> ScriptCall {
-        let call = ScriptCall::new(self.script());
-        match self {
-            RenewTarget::HashField { key, field } => call.key(&**key).arg(lease_ms).arg(&**field),
-            RenewTarget::ReadHolds {
-                key,
-                owner,
-                timeouts,
-            } => call
-                .key(&**key)
-                .key(&**timeouts)
-                .arg(lease_ms)
-                .arg(&**owner),
-        }
+        let call = self.keys(ScriptCall::new(self.script())).arg(lease_ms);
+        self.arg(call)
     }
 }
 
@@ -86,6 +128,8 @@ struct Entry {
 struct Registry {
     entries: HashMap<u64, Entry>,
     next_id: u64,
+    /// Callers waiting for a renewal in flight of a deregistered entry to come back.
+    settling: HashMap<u64, Vec<oneshot::Sender<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +187,26 @@ impl Watchdog {
     pub(crate) fn deregister(&self, id: u64) {
         self.shared.registry().entries.remove(&id);
     }
+
+    /// Stops renewing, and resolves once no renewal of it is on its way any more: a command sent
+    /// after this resolves runs after the last renewal, so a lease it sets is not overwritten.
+    pub(crate) async fn deregister_settled(&self, id: u64) {
+        let settled = {
+            let mut registry = self.shared.registry();
+            match registry.entries.remove(&id) {
+                Some(entry) if entry.in_flight => {
+                    let (tx, rx) = oneshot::channel();
+                    registry.settling.entry(id).or_default().push(tx);
+                    Some(rx)
+                }
+                _ => None,
+            }
+        };
+        if let Some(settled) = settled {
+            // An error means the watchdog stopped: nothing is on its way any more either.
+            let _ = settled.await;
+        }
+    }
 }
 
 async fn run(
@@ -178,7 +242,7 @@ async fn run(
         }
         // One script per kind of hold: group the batch by script, then cut it in chunks.
         let mut batch = batch;
-        batch.sort_by_key(|(_, r)| matches!(r.target, RenewTarget::ReadHolds { .. }));
+        batch.sort_by(|(_, a), (_, b)| a.target.script().sha().cmp(b.target.script().sha()));
         let chunks: Vec<&[(u64, Arc<Renewal>)]> = batch
             .chunk_by(|(_, a), (_, b)| std::ptr::eq(a.target.script(), b.target.script()))
             .flat_map(|group| group.chunks(BATCH))
@@ -191,13 +255,20 @@ async fn run(
         for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
             for (i, (id, renewal)) in chunk.iter().enumerate() {
                 let Some(entry) = registry.entries.get_mut(id) else {
-                    continue; // released while the renewal was on its way
+                    // Deregistered while the renewal was on its way.
+                    for waiter in registry.settling.remove(id).unwrap_or_default() {
+                        let _ = waiter.send(());
+                    }
+                    continue;
                 };
                 entry.in_flight = false;
                 match &result {
-                    Ok(renewed) if renewed.get(i) == Some(&1) => {
+                    Ok(renewed) if matches!(renewed.get(i), Some(1 | 2)) => {
                         renewal.lease.renewed(sent_at, lease);
                         entry.next_due = sent_at + lease / 3;
+                        if renewed.get(i) == Some(&2) {
+                            renewal.lease.mark_revoked();
+                        }
                     }
                     Ok(_) => {
                         tracing::warn!(lock = %renewal.target.key(), "lease lost: the lock is no longer ours");
@@ -246,17 +317,11 @@ async fn renew_chunk(
     };
     let mut call = ScriptCall::new(first.target.script());
     for (_, renewal) in chunk {
-        call = match &renewal.target {
-            RenewTarget::HashField { key, .. } => call.key(&**key),
-            RenewTarget::ReadHolds { key, timeouts, .. } => call.key(&**key).key(&**timeouts),
-        };
+        call = renewal.target.keys(call);
     }
     call = call.arg(lease.as_millis() as u64);
     for (_, renewal) in chunk {
-        call = match &renewal.target {
-            RenewTarget::HashField { field, .. } => call.arg(&**field),
-            RenewTarget::ReadHolds { owner, .. } => call.arg(&**owner),
-        };
+        call = renewal.target.arg(call);
     }
     let sent_at = Instant::now();
     let result = executor.run::<Vec<i64>>(&call, first.target.key()).await;

@@ -3,10 +3,14 @@
 
 mod latch;
 mod mutex;
+mod permit_guard;
+mod permits;
 mod semaphore;
 
 pub use latch::RCountDownLatch;
 pub use mutex::RMutex;
+pub use permit_guard::PermitGuard;
+pub use permits::RPermitExpirableSemaphore;
 pub use semaphore::RSemaphore;
 
 use std::future::Future;
@@ -18,11 +22,15 @@ use crate::client::ClientInner;
 use crate::error::Result;
 use crate::pubsub::Wake;
 
-/// Waits until `ready` answers true: asks it once; then listens on `channel` (messages waking
-/// as `policy` says) and asks again, so a change between the two is not missed; then sleeps
-/// until a message or the client's re-check interval and asks again, until `ready` answers true
-/// (`Ok(true)`) or `wait` is spent (`Ok(false)`; `None`: wait for ever). The first ask subscribes
-/// nothing, so a caller that need not wait costs one round trip.
+/// What one attempt of a wait found.
+pub(crate) enum Attempt<T> {
+    /// Done: the wait is over with this.
+    Done(T),
+    /// Not yet; when something is known to change by itself (a permit expiring), how soon.
+    NotYet(Option<Duration>),
+}
+
+/// Waits until `ready` answers true: [`wait_for`] for checks that have nothing to hand back.
 pub(crate) async fn wait_until<F, Fut>(
     inner: &ClientInner,
     channel: &str,
@@ -34,12 +42,43 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
-    if ready().await? {
-        return Ok(true);
+    let attempt = || {
+        let check = ready();
+        async move {
+            Ok(match check.await? {
+                true => Attempt::Done(()),
+                false => Attempt::NotYet(None),
+            })
+        }
+    };
+    Ok(wait_for(inner, channel, policy, wait, attempt)
+        .await?
+        .is_some())
+}
+
+/// Waits until `attempt` is done: tries once; then listens on `channel` (messages waking as
+/// `policy` says) and tries again, so a change between the two is not missed; then sleeps until
+/// a message, the change the attempt foresaw, or the client's re-check interval, whichever comes
+/// first, and tries again, until an attempt is done (`Ok(Some(_))`) or `wait` is spent
+/// (`Ok(None)`; `wait` `None`: wait for ever). The first try subscribes nothing, so a caller that
+/// need not wait costs one round trip.
+pub(crate) async fn wait_for<T, F, Fut>(
+    inner: &ClientInner,
+    channel: &str,
+    policy: Wake,
+    wait: Option<Duration>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    if let Attempt::Done(done) = attempt().await? {
+        return Ok(Some(done));
     }
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Ok(false);
+        return Ok(None);
     }
     let config = &inner.config;
     let budget = deadline.map_or(config.response_timeout, |d| {
@@ -49,22 +88,26 @@ where
     });
     let subscription = inner.hub.subscribe_with(channel, budget, policy).await;
     loop {
-        let done = ready().await?;
+        let tried_at = Instant::now();
+        let outcome = attempt().await?;
         subscription.used();
-        if done {
-            return Ok(true);
+        let foreseen = match outcome {
+            Attempt::Done(done) => return Ok(Some(done)),
+            Attempt::NotYet(foreseen) => foreseen,
+        };
+        let mut until = tried_at + config.recheck_interval;
+        if let Some(change) = foreseen {
+            until = until.min(tried_at + change);
         }
-        let mut nap = config.recheck_interval;
         if let Some(d) = deadline {
-            let now = Instant::now();
-            if now >= d {
-                return Ok(false);
+            if Instant::now() >= d {
+                return Ok(None);
             }
-            nap = nap.min(d - now);
+            until = until.min(d);
         }
         tokio::select! {
             () = subscription.woken() => {}
-            () = tokio::time::sleep(nap) => {}
+            () = tokio::time::sleep_until(until) => {}
         }
     }
 }

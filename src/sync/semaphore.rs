@@ -25,8 +25,9 @@ use crate::script::{
 ///
 /// **Permits are not owned**, as in Redisson: nothing records who took them, anybody may
 /// release, and the permits of a process that dies holding them never come back by themselves.
-/// Where that matters (a worker crashing mid-task), a semaphore whose permits expire with their
-/// holder is the tool; it is not part of ferrisson yet.
+/// Where that matters (a worker crashing mid-task), use
+/// [`RPermitExpirableSemaphore`](crate::RPermitExpirableSemaphore), whose permits are owned,
+/// renewed while held, and come back when their holder dies.
 ///
 /// Acquiring is safe against cancellation and lost replies: each attempt leaves a short-lived
 /// record (`{name}:ferrisson_sc_request:<request-id>`), and an attempt whose answer never came

@@ -1,0 +1,584 @@
+//! `RPermitExpirableSemaphore`: Redisson's semaphore whose permits are owned, each under an id
+//! with an expiry, so the permits of a holder that dies come back by themselves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::permit_guard::{PermitGuard, Permits};
+use super::{Attempt, wait_for};
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::pubsub::Wake;
+use crate::script::{PERMIT_ACQUIRE, PERMIT_RELEASE, PERMIT_SET, ScriptCall};
+use crate::{names, slots};
+
+/// The longest permit id [`release_by_id`](RPermitExpirableSemaphore::release_by_id) accepts.
+const MAX_ID_LEN: usize = 1024;
+
+/// A semaphore whose permits expire, Redisson's `RPermitExpirableSemaphore`: every permit taken
+/// is recorded under its own id with a lease, renewed by the client's watchdog while its
+/// [`PermitGuard`] lives, so the permits of a process that dies (or stalls past its lease) come
+/// back to the semaphore by themselves.
+///
+/// In Redis it is Redisson's layout: a string `name` holding the count of free permits, a zset
+/// `{name}:timeout` of permit id → expiry (epoch ms), and the channel `redisson_sc:{name}`
+/// carrying the free count after each release, so Java Redisson clients share the permits.
+/// Unlike Redisson's:
+/// - expiry is judged by the Redis server's clock (`TIME`), never by a client's;
+/// - every script of the semaphore, renewals included, first gives back the expired permits
+///   (not only the next acquirer's), and says so on the channel;
+/// - a late release of an expired permit adds nothing (the permit came back once, when it
+///   expired): it reports [`Error::PermitLost`];
+/// - [`acquire_many`](Self::acquire_many) takes its permits in one atomic step, all or none, and
+///   the guard carries a fencing token;
+/// - waiters wake on release messages and when the first permit out is due to expire (capped by
+///   the client's re-check interval), never by polling alone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// let workers = client.get_permit_expirable_semaphore("render-slots");
+/// workers.try_set_permits(4).await?;
+/// let permit = workers.acquire().await?; // renewed by the watchdog while it lives
+/// let token = permit.fencing_token();    // hand it to the resource with every write
+/// # let _ = token;
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RPermitExpirableSemaphore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    /// `{name}:timeout`: permit id → expiry in epoch ms.
+    pub(crate) timeouts: Arc<str>,
+    pub(crate) channel: Arc<str>,
+    /// The count key, shared with the watchdog's renewals.
+    pub(crate) count: Arc<str>,
+    token_counter: String,
+    /// `{name}:ferrisson_sc_request:`, the prefix of the tombstones of given-up acquires.
+    requests: String,
+    /// Why the name was refused, reported by every operation.
+    invalid: Option<String>,
+}
+
+impl Shared {
+    pub(crate) fn inner(&self) -> &ClientInner {
+        &self.client.inner
+    }
+
+    /// The release (or undo, with `tombstone`) of `ids`; replies `{released, free}`.
+    pub(crate) fn release_call(&self, ids: &[String], tombstone: Option<&str>) -> ScriptCall {
+        let record_ms = self.inner().config.unlock_latch_ttl().as_millis() as u64;
+        let mut call = ScriptCall::new(&PERMIT_RELEASE)
+            .key(&*self.count)
+            .key(&*self.timeouts)
+            .key(&*self.channel);
+        if let Some(tombstone) = tombstone {
+            call = call.key(tombstone);
+        }
+        call = call.arg(record_ms);
+        for id in ids {
+            call = call.arg(id.as_str());
+        }
+        call
+    }
+}
+
+/// Checks a count of permits for one guard.
+fn checked(n: u64) -> Result<usize> {
+    if (1..=RPermitExpirableSemaphore::MAX_PERMITS_PER_GUARD).contains(&n) {
+        Ok(n as usize)
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "a guard holds between 1 and {} permits, got {n}",
+            RPermitExpirableSemaphore::MAX_PERMITS_PER_GUARD
+        )))
+    }
+}
+
+/// Checks a lease: at least a millisecond.
+fn checked_lease(lease: Duration) -> Result<u64> {
+    match u64::try_from(lease.as_millis()) {
+        Ok(ms) if ms >= 1 && ms <= i64::MAX as u64 / 2 => Ok(ms),
+        _ => Err(Error::InvalidArgument(format!(
+            "a permit lease must be between 1 ms and ~146 million years, got {lease:?}"
+        ))),
+    }
+}
+
+impl RPermitExpirableSemaphore {
+    /// The most permits one guard may hold (each is a member of the semaphore's zset and an
+    /// argument of its scripts).
+    pub const MAX_PERMITS_PER_GUARD: u64 = 10_000;
+
+    pub(crate) fn new(client: Client, name: &str) -> Self {
+        let base = names::suffix_base(name);
+        RPermitExpirableSemaphore {
+            shared: Arc::new(Shared {
+                client,
+                name: name.to_owned(),
+                timeouts: format!("{base}:timeout").into(),
+                channel: names::derived("redisson_sc", name).into(),
+                count: name.into(),
+                token_counter: slots::token_counter(name),
+                requests: format!("{base}:ferrisson_sc_request:"),
+                invalid: names::validate(name).err(),
+            }),
+        }
+    }
+
+    /// The semaphore's name (its count's key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn inner(&self) -> &ClientInner {
+        self.shared.inner()
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.shared.invalid {
+            Some(why) => Err(Error::InvalidArgument(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    async fn set(&self, what: &str, n: Option<i64>) -> Result<i64> {
+        self.check()?;
+        let mut call = ScriptCall::new(&PERMIT_SET)
+            .key(&*self.shared.count)
+            .key(&*self.shared.timeouts)
+            .key(&*self.shared.channel)
+            .arg(what);
+        if let Some(n) = n {
+            call = call.arg(n);
+        }
+        self.inner().executor.run(&call, &self.shared.name).await
+    }
+
+    /// Sets the permits to `permits` when none were ever set (Redisson's `trySetPermits`);
+    /// returns whether they were set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or more than `i64::MAX` permits or a malformed name;
+    /// [`Error::WrongType`] when a key of the semaphore holds something else; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The permits may or may not have been set when the future is dropped after it was sent;
+    /// calling again is harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// semaphore.try_set_permits(4).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
+        let n = match i64::try_from(permits) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "a number of permits must be between 1 and {}, got {permits}",
+                    i64::MAX
+                )));
+            }
+        };
+        Ok(self.set("set", Some(n)).await? == 1)
+    }
+
+    /// Adds `delta` permits (negative: removes free ones, possibly below zero, as Redisson
+    /// allows) and returns the permits free now. Waiters are told.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits) (any `delta` is accepted).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not idempotent: a dropped future whose command was sent may or may not have added them.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// semaphore.add_permits(2).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_permits(&self, delta: i64) -> Result<i64> {
+        self.set("add", Some(delta)).await
+    }
+
+    /// The permits free now, expired ones counted as free (they are given back first).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it changes nothing but giving back expired permits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// println!("{} free", semaphore.available_permits().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn available_permits(&self) -> Result<i64> {
+        self.set("free", None).await
+    }
+
+    /// Waits until a permit is free and takes it; the watchdog renews its lease (the client's
+    /// watchdog timeout) while the guard lives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the semaphore has no permits at all while its count
+    /// exists (waiting could never end), or for a malformed name; otherwise as
+    /// [`try_set_permits`](Self::try_set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point leaves no permit taken (an attempt that
+    /// may have run is undone in the background, and a late delivery of it takes nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// let permit = semaphore.acquire().await?;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<PermitGuard> {
+        self.acquire_unbounded(1, None).await
+    }
+
+    /// Waits until a permit is free and takes it with a fixed `lease`, never renewed: the
+    /// permit comes back to the semaphore when the lease runs out, held or not.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a lease under 1 ms; otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// let permit = semaphore.acquire_with_lease(Duration::from_secs(30)).await?;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<PermitGuard> {
+        self.acquire_unbounded(1, Some(lease)).await
+    }
+
+    /// Waits until `n` permits are free and takes them in one atomic step (all or none), under
+    /// one guard renewed by the watchdog.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for `n` of 0 or over [`MAX_PERMITS_PER_GUARD`](Self::MAX_PERMITS_PER_GUARD), or when `n`
+    /// is more than all the permits the semaphore has, free and out (waiting could never end);
+    /// otherwise as [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// let three = semaphore.acquire_many(3).await?;
+    /// assert_eq!(three.ids().len(), 3);
+    /// three.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_many(&self, n: u64) -> Result<PermitGuard> {
+        self.acquire_unbounded(n, None).await
+    }
+
+    /// Takes a permit if one is free now (watchdog lease).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// if let Some(permit) = semaphore.try_acquire().await? {
+    ///     permit.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<PermitGuard>> {
+        self.acquire_within(1, Some(Duration::ZERO), None).await
+    }
+
+    /// Waits at most `wait` for `n` permits and takes them in one atomic step; `lease` fixes
+    /// their lease (else the watchdog renews it). `None` when they did not become free in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Self::acquire_many) and [`acquire_with_lease`](Self::acquire_with_lease).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some(two) = semaphore.try_acquire_for(2, Duration::from_secs(1), None).await? {
+    ///     two.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_for(
+        &self,
+        n: u64,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<PermitGuard>> {
+        self.acquire_within(n, Some(wait), lease).await
+    }
+
+    /// Gives back the permit `id`, taken by any client (Java Redisson's too: its permit ids
+    /// work here). A permit held through a live [`PermitGuard`] is better given back by the
+    /// guard, which also stops its renewal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPermit`] when the semaphore has no such permit out (never taken,
+    /// released already, or expired: nothing is added then); [`Error::InvalidArgument`] for an
+    /// empty or over-long id; otherwise as [`try_set_permits`](Self::try_set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Idempotent: a dropped future may or may not have given the permit back; calling again
+    /// then answers `UnknownPermit` and adds nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// semaphore.release_by_id("8c7e0c5e4e4d4c2a9f3e1b2a3c4d5e6f").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_by_id(&self, id: &str) -> Result<()> {
+        self.check()?;
+        if id.is_empty() || id.len() > MAX_ID_LEN || id.contains(char::is_whitespace) {
+            return Err(Error::InvalidArgument(format!(
+                "a permit id is 1 to {MAX_ID_LEN} bytes without white space, got {} bytes",
+                id.len()
+            )));
+        }
+        let call = self.shared.release_call(&[id.to_owned()], None);
+        let (released, _): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
+        if released == 1 {
+            Ok(())
+        } else {
+            Err(Error::UnknownPermit {
+                name: self.shared.name.clone(),
+                id: id.to_owned(),
+            })
+        }
+    }
+
+    /// Asks the holders of every permit out to let go (Apache Curator's revocation); returns
+    /// how many permits were asked (0: none out, nothing recorded). Cooperative: see
+    /// [`PermitGuard::revocation_requested`]; a holder that ignores it keeps its permits until
+    /// their lease runs out, or until [`release_by_id`](Self::release_by_id) takes them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the permits key holds something else;
+    /// [`Error::InvalidArgument`] for a malformed name; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The request may or may not have been made when the future is dropped after it was sent;
+    /// asking again is harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// let asked = semaphore.request_revocation().await?;
+    /// println!("asked {asked} permits back");
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_revocation(&self) -> Result<usize> {
+        self.check()?;
+        let holds = crate::revoke::Holds::Permits;
+        let (name, timeouts) = (&self.shared.name, &*self.shared.timeouts);
+        crate::revoke::request(self.inner(), name, timeouts, holds).await
+    }
+
+    async fn acquire_unbounded(&self, n: u64, lease: Option<Duration>) -> Result<PermitGuard> {
+        self.acquire_within(n, None, lease)
+            .await?
+            .ok_or_else(|| Error::unexpected("an unbounded wait ended without the permits"))
+    }
+
+    async fn acquire_within(
+        &self,
+        n: u64,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<PermitGuard>> {
+        self.check()?;
+        let n = checked(n)?;
+        let fixed = lease.map(checked_lease).transpose()?;
+        let channel = &self.shared.channel;
+        wait_for(self.inner(), channel, Wake::Count, wait, || {
+            self.attempt(n, fixed)
+        })
+        .await
+    }
+
+    /// One attempt at taking `n` permits. If it is dropped after the script may have run, or
+    /// its answer is lost, the permits it may have taken are given back in the background.
+    async fn attempt(&self, n: usize, fixed: Option<u64>) -> Result<Attempt<PermitGuard>> {
+        let ids: Vec<String> = (0..n)
+            .map(|_| Uuid::new_v4().simple().to_string())
+            .collect();
+        let lease_ms = fixed.unwrap_or(self.inner().watchdog.lease().as_millis() as u64);
+        let mut in_flight = Undo {
+            shared: self.shared.clone(),
+            tombstone: format!("{}{}", self.shared.requests, ids[0]),
+            ids: Some(ids),
+        };
+        let mut call = ScriptCall::new(&PERMIT_ACQUIRE)
+            .key(&*self.shared.count)
+            .key(&*self.shared.timeouts)
+            .key(&*self.shared.channel)
+            .key(&self.shared.token_counter)
+            .key(&in_flight.tombstone)
+            .arg(lease_ms);
+        for id in in_flight.ids.iter().flatten() {
+            call = call.arg(id.as_str());
+        }
+        let sent_at = Instant::now();
+        let reply = self.inner().executor.run(&call, self.name()).await;
+        let (status, value, wait_ms): (i64, i64, i64) = match reply {
+            Ok(reply) => reply,
+            // The undo runs when `in_flight` is dropped.
+            Err(e) if e.outcome_unknown() => return Err(e),
+            Err(e) => {
+                in_flight.ids = None;
+                return Err(e);
+            }
+        };
+        match status {
+            1 => {
+                let ids = in_flight.ids.take().unwrap_or_default();
+                let token = u64::try_from(value)
+                    .map_err(|_| Error::unexpected(format!("permit token {value}")))?;
+                let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
+                let permits = Permits::new(self.shared.clone(), ids, lease, fixed.is_none());
+                Ok(Attempt::Done(PermitGuard::new(permits)))
+            }
+            0 => {
+                in_flight.ids = None;
+                // The server counted from when the script ran, a little after it was sent, and
+                // in whole ms: a few ms more do not wake the waiter before the expiry.
+                let foreseen = u64::try_from(wait_ms)
+                    .ok()
+                    .map(|ms| Duration::from_millis(ms.saturating_add(5)));
+                Ok(Attempt::NotYet(foreseen))
+            }
+            -2 => {
+                in_flight.ids = None;
+                Err(Error::InvalidArgument(format!(
+                    "{n} permits asked of semaphore `{}`, which has {value} in all",
+                    self.shared.name
+                )))
+            }
+            // -1: this request was given up on already; nothing was taken.
+            _ => {
+                in_flight.ids = None;
+                Err(Error::unexpected(format!(
+                    "acquire of semaphore `{}` answered {status}",
+                    self.shared.name
+                )))
+            }
+        }
+    }
+}
+
+/// How long an acquire whose answer was lost is tried to be undone: past the lease the permits
+/// come back by themselves anyway.
+const UNDO_FOR: Duration = Duration::from_secs(60);
+
+/// An acquire attempt that may have run. Dropped while it still holds its ids, it gives back in
+/// the background whichever of them were taken, and leaves a tombstone so that a late delivery
+/// of the attempt takes nothing.
+struct Undo {
+    shared: Arc<Shared>,
+    tombstone: String,
+    ids: Option<Vec<String>>,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        let Some(ids) = self.ids.take() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let tombstone = std::mem::take(&mut self.tombstone);
+        self.shared.inner().spawn(async move {
+            let call = shared.release_call(&ids, Some(&tombstone));
+            let give_up = Instant::now() + UNDO_FOR;
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let result = shared
+                    .inner()
+                    .executor
+                    .run::<(i64, i64)>(&call, &shared.name)
+                    .await;
+                match result {
+                    Ok(_) => return,
+                    Err(e) if Instant::now() >= give_up => {
+                        tracing::warn!(semaphore = %shared.name, error = %e, "could not undo an acquire whose answer was lost; its permits come back when their lease runs out");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(semaphore = %shared.name, error = %e, "undoing an acquire failed; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        });
+    }
+}
