@@ -22,5 +22,5 @@ pub use client::Client;
 pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
-pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock};
+pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 pub use sync::{PermitGuard, RCountDownLatch, RMutex, RPermitExpirableSemaphore, RSemaphore};

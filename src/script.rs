@@ -59,6 +59,7 @@ scripts! {
     RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire",
     RWLOCK_WRITE_RELEASE => "rwlock_write_release",
     RWLOCK_REPAIR => "rwlock_repair",
+    RWLOCK_WRITER_LEAVE => "rwlock_writer_leave",
     FAIR_ACQUIRE => "fair_acquire",
     FAIR_RELEASE => "fair_release",
     FAIR_LEAVE => "fair_leave",
