@@ -344,6 +344,74 @@ async fn every_object_kind_runs_under_the_documented_rule() {
         assert_eq!(semaphore.available_permits().await.unwrap(), 1);
         assert_eq!(semaphore.drain_permits().await.unwrap(), 1);
 
+        // Permit-expirable semaphore: a waiter woken by the release message, renewal,
+        // release by id, and revocation heard by message.
+        let permit_name = format!("{name}:permits");
+        let braced = |prefix: &str| {
+            if name.contains('{') {
+                format!("{prefix}:{permit_name}")
+            } else {
+                format!("{prefix}:{{{permit_name}}}")
+            }
+        };
+        let permits = a.get_permit_expirable_semaphore(&permit_name);
+        assert!(permits.try_set_permits(2).await.unwrap());
+        let held = permits.acquire_many(2).await.unwrap();
+        let other = b.get_permit_expirable_semaphore(&permit_name);
+        let got = woken_by_message(
+            &server,
+            "permit waiter",
+            &braced("redisson_sc"),
+            1,
+            async move { other.acquire().await.unwrap() },
+            async { held.release().await.unwrap() },
+        )
+        .await;
+        let revoke_channel = braced("ferrisson_revoke");
+        let asker = a.get_permit_expirable_semaphore(&permit_name);
+        let got = woken_by_message(
+            &server,
+            "revocation listener",
+            &revoke_channel,
+            1,
+            async move {
+                got.revocation_requested().await;
+                got
+            },
+            async { assert_eq!(asker.request_revocation().await.unwrap(), 1) },
+        )
+        .await;
+        let id = got.ids()[0].clone();
+        permits.release_by_id(&id).await.unwrap();
+        assert!(matches!(got.release().await, Err(Error::PermitLost { .. })));
+        assert_eq!(permits.available_permits().await.unwrap(), 2);
+
+        // A writer that readers must let in (writer preference).
+        let rw_name = format!("{name}:prefer");
+        let prefer = ferrisson::RwPolicy::PreferWriters;
+        let reader = a.get_read_write_lock_with(&rw_name, prefer).read_lock();
+        let read = reader.lock().await.unwrap();
+        let writer = b.get_read_write_lock_with(&rw_name, prefer).write_lock();
+        let waiting = tokio::spawn(async move {
+            writer
+                .try_lock_for(Duration::from_secs(10), None)
+                .await
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let late = a.get_read_write_lock_with(&rw_name, prefer).read_lock();
+        assert!(
+            late.try_lock().await.unwrap().is_none(),
+            "a waiting writer holds readers back"
+        );
+        read.unlock().await.unwrap();
+        let write = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the writer got in")
+            .unwrap()
+            .expect("within its wait");
+        write.unlock().await.unwrap();
+
         // MultiLock over kinds of both clients.
         let multi = MultiLock::new([
             a.get_lock(name),
@@ -430,7 +498,14 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
     assert!(needed.contains("time") && needed.contains("pubsub|numsub"));
     // Sent by the client itself (seen with MONITOR): scripts, their loading, the plain reads
     // and the pub/sub connection's requests.
-    for own in ["evalsha", "script|load", "get", "subscribe", "unsubscribe"] {
+    for own in [
+        "evalsha",
+        "script|load",
+        "get",
+        "hmget",
+        "subscribe",
+        "unsubscribe",
+    ] {
         needed.insert(own.to_owned());
     }
     let missing: Vec<_> = needed.difference(&granted).collect();
