@@ -15,7 +15,9 @@ use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::runtime::ClientThread;
 use crate::script::{Executor, capped};
+use crate::topology::Target;
 use crate::watchdog::Watchdog;
+use redis::IntoConnectionInfo;
 
 /// A connection to Redis and the machinery every lock shares: the script executor, one pub/sub
 /// connection for all waiters, and one watchdog task for all renewed leases.
@@ -275,20 +277,22 @@ impl Client {
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
-        let redis_client = redis_client(&config)
-            .map_err(|e| Error::Config(format!("cannot use URL `{}`: {e}", config.url)))?;
+        let target = Target::of(&config)
+            .map_err(|e| Error::Config(format!("cannot use `{}`: {e}", config.url)))?;
         let connection_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connection_timeout))
             .set_response_timeout(Some(config.response_timeout));
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
-        let connection = Arc::new(Connection::new(redis_client.clone(), connection_config));
+        let connection = Arc::new(Connection::new(target.clone(), connection_config));
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(|e| {
                 Error::from_redis_request(e, "", || "the connection's set-up (SELECT)".into())
             })?;
         let executor = Executor::new(connection, config.round_trip_cap());
+        let sharded = executor.probe_sharded().await;
+        let executor = executor.with_sharded(sharded);
         executor.load_all().await?;
 
         let thread = ClientThread::start().await.map_err(|e| {
@@ -299,11 +303,21 @@ impl Client {
         })?;
         let (shutdown, shutdown_rx) = watch::channel(());
         let hub = Hub::start(
-            redis_client,
+            target.clone(),
+            sharded,
             config.connection_timeout,
             config.response_timeout,
             thread.handle(),
         );
+        if let Some(sentinels) = target.sentinels() {
+            let follow = crate::topology::follow_master(
+                sentinels.clone(),
+                executor.clone(),
+                hub.reconnector(),
+                shutdown_rx.clone(),
+            );
+            thread.handle().spawn(follow);
+        }
         let watchdog = Watchdog::start(
             executor.clone(),
             config.watchdog_timeout,
@@ -352,17 +366,37 @@ impl ClientInner {
     }
 }
 
-#[cfg(not(feature = "tls"))]
-fn redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
-    redis::Client::open(config.url.as_str())
+/// A client of the one server at `url`, with the configured TLS certificates.
+pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<redis::Client> {
+    redis_client_info(config, url.into_connection_info()?)
 }
 
+/// As [`redis_client`], for connection details already parsed.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn redis_client_info(
+    _config: &Config,
+    info: redis::ConnectionInfo,
+) -> redis::RedisResult<redis::Client> {
+    redis::Client::open(info)
+}
+
+/// As [`redis_client`], for connection details already parsed.
 #[cfg(feature = "tls")]
-fn redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
-    let Some(tls) = &config.tls else {
-        return redis::Client::open(config.url.as_str());
-    };
-    let certificates = redis::TlsCertificates {
+pub(crate) fn redis_client_info(
+    config: &Config,
+    info: redis::ConnectionInfo,
+) -> redis::RedisResult<redis::Client> {
+    match tls_certificates(config) {
+        Some(certificates) => redis::Client::build_with_tls(info, certificates),
+        None => redis::Client::open(info),
+    }
+}
+
+/// The configured TLS certificates, if any were given.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    let tls = config.tls.as_ref()?;
+    Some(redis::TlsCertificates {
         client_tls: tls
             .client_identity
             .as_ref()
@@ -371,8 +405,7 @@ fn redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
                 client_key: key.clone(),
             }),
         root_cert: tls.root_certificates.clone(),
-    };
-    redis::Client::build_with_tls(config.url.as_str(), certificates)
+    })
 }
 
 #[cfg(test)]

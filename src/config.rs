@@ -8,7 +8,10 @@ use crate::lock::MAX_LEASE;
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
+    /// What the client connects to, for display and ordering: the URL, the first seed of a
+    /// cluster, or `sentinel://<master>@<first sentinel>`.
     pub(crate) url: String,
+    pub(crate) topology: Topology,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -18,6 +21,44 @@ pub(crate) struct Config {
     pub(crate) fair_queue: FairQueue,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
+}
+
+/// Which servers a client talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (a master without failover, or one that a proxy keeps at one address).
+    Single(String),
+    /// A Redis Cluster, found from these seed nodes.
+    Cluster(Vec<String>),
+    /// A master watched by Sentinel: its name, and the sentinels to ask for it.
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
+}
+
+/// Checks a list of node URLs: not empty, all of one scheme that ferrisson speaks.
+fn check_urls(what: &str, urls: &[String]) -> Result<()> {
+    let Some(first) = urls.first() else {
+        return Err(Error::Config(format!("{what}: no URL given")));
+    };
+    let scheme = |url: &str| url.split_once("://").map(|(s, _)| s.to_owned());
+    for url in urls {
+        match scheme(url).as_deref() {
+            Some("redis" | "rediss") => {}
+            _ => {
+                return Err(Error::Config(format!(
+                    "{what}: `{url}` is not a redis:// or rediss:// URL"
+                )));
+            }
+        }
+        if scheme(url) != scheme(first) {
+            return Err(Error::Config(format!(
+                "{what}: `{url}` and `{first}` mix plain and TLS connections"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// How a fair lock's waiters keep their place in its queue.
@@ -86,6 +127,8 @@ impl Config {
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct ClientBuilder {
     url: Option<String>,
+    cluster: Option<Vec<String>>,
+    sentinel: Option<(String, Vec<String>)>,
     watchdog_timeout: Duration,
     connection_timeout: Duration,
     response_timeout: Duration,
@@ -100,6 +143,8 @@ impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
             url: None,
+            cluster: None,
+            sentinel: None,
             watchdog_timeout: Duration::from_secs(30),
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
@@ -118,6 +163,55 @@ impl ClientBuilder {
     /// There is no default: [`build`](Self::build) fails without one.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
+        self
+    }
+
+    /// A Redis Cluster, found from `seeds` (any of its nodes, `redis://` or `rediss://`, not
+    /// mixed): commands go to the master of their key's slot, waiters listen with sharded pub/sub
+    /// (`SSUBSCRIBE`, as Redisson 3.22+ does on Redis 7), and the client follows slot moves and
+    /// failovers. Instead of [`url`](Self::url) and [`sentinel`](Self::sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cluster = Some(seeds.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// A master watched by Sentinel: the client asks `sentinels` for the master named
+    /// `master`, and moves its connections, waiters and renewals to a new master by itself
+    /// after a failover. The master is reached with the first sentinel URL's credentials and
+    /// database. Instead of [`url`](Self::url) and [`cluster`](Self::cluster).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .sentinel("mymaster", ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"])
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let sentinels = sentinels.into_iter().map(Into::into).collect();
+        self.sentinel = Some((master.into(), sentinels));
         self
     }
 
@@ -263,9 +357,32 @@ impl ClientBuilder {
     }
 
     pub(crate) fn check(self) -> Result<Config> {
-        let url = self.url.ok_or_else(|| {
-            Error::Config("no URL given: call .url(\"redis://host:port\")".into())
-        })?;
+        let (url, topology) = match (self.url, self.cluster, self.sentinel) {
+            (Some(url), None, None) => (url.clone(), Topology::Single(url)),
+            (None, Some(seeds), None) => {
+                check_urls("cluster", &seeds)?;
+                (seeds[0].clone(), Topology::Cluster(seeds))
+            }
+            (None, None, Some((master, sentinels))) => {
+                check_urls("sentinel", &sentinels)?;
+                if master.is_empty() {
+                    return Err(Error::Config("sentinel: the master name is empty".into()));
+                }
+                let url = format!("sentinel://{master}@{}", sentinels[0]);
+                (url, Topology::Sentinel { master, sentinels })
+            }
+            (None, None, None) => {
+                return Err(Error::Config(
+                    "no server given: call .url(\"redis://host:port\"), .cluster(..) or .sentinel(..)"
+                        .into(),
+                ));
+            }
+            _ => {
+                return Err(Error::Config(
+                    "give one of .url(..), .cluster(..) and .sentinel(..), not several".into(),
+                ));
+            }
+        };
         let day = Duration::from_secs(24 * 3600);
         for (what, d, min, max) in [
             (
@@ -320,6 +437,7 @@ impl ClientBuilder {
         }
         Ok(Config {
             url,
+            topology,
             watchdog_timeout: self.watchdog_timeout,
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,
@@ -390,7 +508,40 @@ mod tests {
     #[test]
     fn missing_url_is_a_config_error() {
         let err = ClientBuilder::default().check().unwrap_err();
-        assert!(matches!(err, Error::Config(m) if m.contains("URL")));
+        assert!(matches!(err, Error::Config(m) if m.contains("no server given")));
+    }
+
+    #[test]
+    fn topologies_are_checked() {
+        let config = |b: ClientBuilder| b.check().map(|c| c.topology);
+        let seeds = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+        assert!(matches!(
+            config(ClientBuilder::default().cluster(seeds)),
+            Ok(Topology::Cluster(s)) if s.len() == 2
+        ));
+        assert!(matches!(
+            config(ClientBuilder::default().sentinel("m", ["redis://127.0.0.1:26379"])),
+            Ok(Topology::Sentinel { master, .. }) if master == "m"
+        ));
+        let refused = |b: ClientBuilder, what: &str| matches!(b.check(), Err(Error::Config(m)) if m.contains(what));
+        let none: [&str; 0] = [];
+        assert!(refused(ClientBuilder::default().cluster(none), "no URL"));
+        assert!(refused(
+            ClientBuilder::default().cluster(["redis://a:1", "rediss://b:2"]),
+            "mix"
+        ));
+        assert!(refused(
+            ClientBuilder::default().cluster(["http://a:1"]),
+            "not a redis"
+        ));
+        assert!(refused(
+            ClientBuilder::default().sentinel("", ["redis://a:1"]),
+            "empty"
+        ));
+        assert!(refused(
+            ClientBuilder::default().url("redis://a:1").cluster(seeds),
+            "not several"
+        ));
     }
 
     #[test]

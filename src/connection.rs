@@ -17,14 +17,56 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult,
+    Value,
+};
+
+use crate::topology::Target;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// One open connection: to one server (alone, or the master a sentinel named), or to a cluster
+/// (one connection per node, commands routed by their key's slot).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
 /// The client's command connection. Shared by every clone of the client's executor.
 pub(crate) struct Connection {
-    client: redis::Client,
+    target: Target,
     config: AsyncConnectionConfig,
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
@@ -50,7 +92,7 @@ struct State {
 }
 
 struct Open {
-    conn: MultiplexedConnection,
+    conn: Conn,
     /// Which opening made it, so a failure reported late does not discard a newer one.
     id: u64,
 }
@@ -96,10 +138,10 @@ impl Drop for Sentinel {
 }
 
 impl Connection {
-    /// A connection to `client`'s server; nothing is opened yet.
-    pub(crate) fn new(client: redis::Client, config: AsyncConnectionConfig) -> Self {
+    /// A connection to `target`; nothing is opened yet.
+    pub(crate) fn new(target: Target, config: AsyncConnectionConfig) -> Self {
         Connection {
-            client,
+            target,
             config,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
@@ -125,7 +167,7 @@ impl Connection {
 
     async fn with<T, F, Fut>(&self, send: F) -> RedisResult<T>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let (conn, id) = match self.current() {
@@ -134,15 +176,26 @@ impl Connection {
         };
         let result = send(conn).await;
         if let Err(e) = &result
-            && e.is_unrecoverable_error()
+            && (e.is_unrecoverable_error() || self.target.moved_away(e))
         {
             self.broken(id);
         }
         result
     }
 
+    /// Forgets the connection in use, so the next command opens a new one (to wherever the
+    /// target is now: a sentinel's new master, say).
+    pub(crate) fn reopen(&self) {
+        self.state().open = None;
+    }
+
+    /// The target connections go to.
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// The connection in use, if there is one and its home runs.
-    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
+    fn current(&self) -> Option<(Conn, u64)> {
         let state = self.state();
         if !state.home.as_ref().is_some_and(Home::alive) {
             return None;
@@ -160,7 +213,7 @@ impl Connection {
     /// Opens a connection: on the home while it runs, else on the caller's runtime, which
     /// becomes the home. Bounded by the connection timeout, unless the home is a runtime that
     /// nobody drives (the caller's own timeout ends the wait then).
-    pub(crate) async fn open(&self) -> RedisResult<(MultiplexedConnection, u64)> {
+    pub(crate) async fn open(&self) -> RedisResult<(Conn, u64)> {
         let _turn = self.opening.lock().await;
         if let Some(open) = self.current() {
             return Ok(open); // opened by the caller that had the turn before
@@ -182,7 +235,7 @@ impl Connection {
             // that connects, on that task's runtime, and a panic there (a runtime without I/O)
             // is an error here rather than the caller's panic.
             match runtime
-                .spawn(connect(self.client.clone(), self.config.clone()))
+                .spawn(connect(self.target.clone(), self.config.clone()))
                 .await
             {
                 // `Home::here` watches the current runtime: the one the driver was spawned on.
@@ -215,11 +268,6 @@ fn no_runtime(_: tokio::runtime::TryCurrentError) -> RedisError {
     std::io::Error::other("ferrisson's commands must run inside a Tokio runtime").into()
 }
 
-async fn connect(
-    client: redis::Client,
-    config: AsyncConnectionConfig,
-) -> Result<MultiplexedConnection, RedisError> {
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+async fn connect(target: Target, config: AsyncConnectionConfig) -> Result<Conn, RedisError> {
+    target.connect(&config).await
 }

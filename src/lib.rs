@@ -7,6 +7,7 @@ mod config;
 mod connection;
 mod error;
 mod lease;
+mod link;
 mod lock;
 mod names;
 mod owner;
@@ -16,6 +17,7 @@ mod runtime;
 mod script;
 mod slots;
 mod sync;
+mod topology;
 mod watchdog;
 
 pub use client::Client;

@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::error::{Error, Result, permission_refusal};
+use crate::link::{Event, Link};
 use crate::script::capped;
+use crate::topology::Target;
 
 /// The message that wakes every waiter of a channel (Redisson: a read or write unlock).
 const WAKE_ALL: &[u8] = b"1";
@@ -33,6 +33,8 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(200);
 enum Command {
     Subscribe(String),
     Unsubscribe(String),
+    /// Drop the connection and open a new one (the master moved).
+    Reconnect,
 }
 
 #[derive(Debug, Default)]
@@ -129,7 +131,8 @@ pub(crate) struct Hub {
 impl Hub {
     /// Starts the hub's task. It connects when the first channel is subscribed.
     pub(crate) fn start(
-        client: redis::Client,
+        target: Target,
+        sharded: bool,
         connection_timeout: Duration,
         response_timeout: Duration,
         runtime: &tokio::runtime::Handle,
@@ -138,13 +141,23 @@ impl Hub {
         let (commands, rx) = mpsc::unbounded_channel();
         let task = HubTask {
             shared: shared.clone(),
-            client,
+            target,
+            sharded,
             connection_timeout,
             response_timeout,
             conn: None,
         };
         runtime.spawn(task.run(rx));
         Hub { shared, commands }
+    }
+
+    /// What makes the hub drop its connection and subscribe everything again on a new one (to
+    /// wherever the master is now), waking every waiter.
+    pub(crate) fn reconnector(&self) -> impl Fn() + Send + Sync + 'static {
+        let commands = self.commands.clone();
+        move || {
+            let _ = commands.send(Command::Reconnect);
+        }
     }
 
     /// Registers a waiter on `channel` and waits (at most `budget`) until Redis confirms the
@@ -296,10 +309,11 @@ impl Drop for Subscription {
 
 struct HubTask {
     shared: Arc<Shared>,
-    client: redis::Client,
+    target: Target,
+    sharded: bool,
     connection_timeout: Duration,
     response_timeout: Duration,
-    conn: Option<(PubSubSink, PubSubStream)>,
+    conn: Option<Link>,
 }
 
 impl HubTask {
@@ -311,10 +325,20 @@ impl HubTask {
                     None => return,
                     Some(Command::Subscribe(channel)) => self.subscribe(channel).await,
                     Some(Command::Unsubscribe(channel)) => self.unsubscribe(channel).await,
+                    Some(Command::Reconnect) => {
+                        tracing::warn!("the master moved; moving the pub/sub connection");
+                        self.disconnected();
+                        self.ensure_connected().await;
+                    }
                 },
-                message = next_message(&mut self.conn) => match message {
-                    Some(message) => self.dispatch(&message),
-                    None => {
+                event = Link::next(&mut self.conn) => match event {
+                    Event::Message { channel, payload } => self.dispatch(&channel, &payload),
+                    Event::Dropped(channel) => self.dropped(channel).await,
+                    Event::Resumed => {
+                        tracing::warn!("pub/sub connection to a node was cut and came back; waking every waiter");
+                        self.resumed();
+                    }
+                    Event::Lost => {
                         tracing::warn!("pub/sub connection lost; reconnecting");
                         self.disconnected();
                         self.ensure_connected().await;
@@ -324,6 +348,34 @@ impl HubTask {
                     self.ensure_connected().await;
                 }
             }
+        }
+    }
+
+    /// The connection came back by itself, subscriptions included: a message may have been
+    /// missed meanwhile, so every waiter asks again.
+    fn resumed(&self) {
+        for entry in self.shared.channels().values_mut() {
+            entry.stamp = self.shared.new_stamp();
+            Shared::wake_all_of(entry);
+        }
+    }
+
+    /// The server ended the subscription of `channel` by itself (its slot moved, or its node
+    /// was demoted): subscribe again while it has waiters, and wake them, since a message may
+    /// have been missed.
+    async fn dropped(&mut self, channel: String) {
+        let wanted = match self.shared.channels().get_mut(&channel) {
+            Some(entry) if entry.confirmed && !entry.waiters.is_empty() => {
+                entry.confirmed = false;
+                entry.stamp = self.shared.new_stamp();
+                Shared::wake_all_of(entry);
+                true
+            }
+            _ => false,
+        };
+        if wanted {
+            tracing::warn!(channel = %channel, "the server dropped a subscription; subscribing again");
+            self.subscribe_one(&channel).await;
         }
     }
 
@@ -344,8 +396,13 @@ impl HubTask {
         if self.conn.is_some() {
             return true;
         }
-        match capped(self.connection_timeout, self.client.get_async_pubsub()).await {
-            Ok(pubsub) => self.conn = Some(pubsub.split()),
+        match capped(
+            self.connection_timeout,
+            Link::open(&self.target, self.sharded),
+        )
+        .await
+        {
+            Ok(link) => self.conn = Some(link),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot open the pub/sub connection");
                 self.settle_all(false);
@@ -442,16 +499,16 @@ impl HubTask {
     /// Sends SUBSCRIBE or UNSUBSCRIBE for `names`. A failure drops the connection (the task
     /// reconnects shortly); a refusal for lack of permission leaves it as it was.
     async fn send(&mut self, names: &[String], subscribe: bool) -> Sent {
-        let Some((sink, _)) = self.conn.as_mut() else {
+        let Some(link) = self.conn.as_mut() else {
             return Sent::Failed;
         };
         if names.is_empty() {
             return Sent::Done;
         }
         let result = if subscribe {
-            capped(self.response_timeout, sink.subscribe(names)).await
+            capped(self.response_timeout, link.subscribe(names)).await
         } else {
-            capped(self.response_timeout, sink.unsubscribe(names)).await
+            capped(self.response_timeout, link.unsubscribe(names)).await
         };
         match result {
             Ok(()) => Sent::Done,
@@ -508,14 +565,12 @@ impl HubTask {
         }
     }
 
-    fn dispatch(&self, message: &redis::Msg) {
-        let name = message.get_channel_name();
+    fn dispatch(&self, name: &str, payload: &[u8]) {
         let mut channels = self.shared.channels();
         let Some(channel) = channels.get_mut(name) else {
             return;
         };
         channel.stamp = self.shared.new_stamp();
-        let payload = message.get_payload_bytes();
         let wake = match channel.policy {
             Wake::All => usize::MAX,
             Wake::Unlock if payload == WAKE_ALL => usize::MAX,
@@ -543,11 +598,4 @@ enum Sent {
     Refused(String),
     /// The connection failed; it was dropped.
     Failed,
-}
-
-async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<redis::Msg> {
-    match conn {
-        Some((_, stream)) => stream.next().await,
-        None => std::future::pending().await,
-    }
 }

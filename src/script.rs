@@ -19,6 +19,9 @@ pub(crate) struct LuaScript {
     name: &'static str,
     source: &'static str,
     sha: OnceLock<String>,
+    /// The variant for sharded pub/sub (a Redis 7 cluster): SPUBLISH for PUBLISH, PUBSUB
+    /// SHARDNUMSUB for PUBSUB NUMSUB; its source and SHA.
+    sharded: OnceLock<(String, String)>,
 }
 
 impl LuaScript {
@@ -27,12 +30,42 @@ impl LuaScript {
             name,
             source,
             sha: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
     }
 
     pub(crate) fn sha(&self) -> &str {
         self.sha
             .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
+    }
+
+    fn sharded(&self) -> &(String, String) {
+        self.sharded.get_or_init(|| {
+            let source = self
+                .source
+                .replace("redis.call('publish',", "redis.call('spublish',")
+                .replace("'pubsub', 'numsub'", "'pubsub', 'shardnumsub'");
+            let sha = redis::Script::new(&source).get_hash().to_owned();
+            (source, sha)
+        })
+    }
+
+    /// The source to load: the sharded variant when `sharded`.
+    fn source_for(&self, sharded: bool) -> &str {
+        if sharded {
+            &self.sharded().0
+        } else {
+            self.source
+        }
+    }
+
+    /// The SHA to call: the sharded variant's when `sharded`.
+    pub(crate) fn sha_for(&self, sharded: bool) -> &str {
+        if sharded {
+            &self.sharded().1
+        } else {
+            self.sha()
+        }
     }
 }
 
@@ -118,9 +151,9 @@ impl ScriptCall {
         )
     }
 
-    fn evalsha(&self) -> Cmd {
+    fn evalsha(&self, sharded: bool) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.sha())
+        cmd.arg(self.script.sha_for(sharded))
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);
@@ -133,6 +166,8 @@ impl ScriptCall {
 pub(crate) struct Executor {
     conn: Arc<Connection>,
     cap: Duration,
+    /// Scripts publish with SPUBLISH (a Redis 7 cluster, where waiters SSUBSCRIBE).
+    sharded: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -143,7 +178,39 @@ impl std::fmt::Debug for Executor {
 
 impl Executor {
     pub(crate) fn new(conn: Arc<Connection>, cap: Duration) -> Self {
-        Executor { conn, cap }
+        Executor {
+            conn,
+            cap,
+            sharded: false,
+        }
+    }
+
+    /// Makes scripts publish with SPUBLISH (see [`Executor::probe_sharded`]).
+    pub(crate) fn with_sharded(mut self, sharded: bool) -> Self {
+        self.sharded = sharded;
+        self
+    }
+
+    /// The connection's target.
+    pub(crate) fn target(&self) -> &crate::topology::Target {
+        self.conn.target()
+    }
+
+    /// Forgets the command connection: the next command opens a new one.
+    pub(crate) fn reopen(&self) {
+        self.conn.reopen();
+    }
+
+    /// Whether the servers speak sharded pub/sub: a cluster of Redis 7 or later (Redisson
+    /// 3.22+ uses it there, so ferrisson must too for Java and Rust waiters to wake each
+    /// other). A single server or a sentinel's master keeps classic pub/sub, as Redisson does.
+    pub(crate) async fn probe_sharded(&self) -> bool {
+        if !self.conn.target().is_cluster() {
+            return false;
+        }
+        let mut cmd = redis::cmd("PUBSUB");
+        cmd.arg("SHARDNUMSUB").arg("ferrisson:probe");
+        self.query(&cmd).await.is_ok()
     }
 
     /// Runs a script; `key` names the object in errors.
@@ -157,7 +224,7 @@ impl Executor {
     }
 
     async fn run_value(&self, call: &ScriptCall) -> std::result::Result<Value, RedisError> {
-        let cmd = call.evalsha();
+        let cmd = call.evalsha(self.sharded);
         match self.query(&cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 tracing::debug!(script = call.script.name, "NOSCRIPT: loading and resending");
@@ -168,21 +235,37 @@ impl Executor {
         }
     }
 
-    /// Loads every script in one round trip.
+    /// Loads every script: in one round trip on one server; on a cluster, each script to
+    /// every node (a pipeline there goes to one node only).
     pub(crate) async fn load_all(&self) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for script in ALL {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
-        }
-        let shas: Vec<String> = capped(self.cap, self.conn.send_pipeline(&pipe))
-            .await
-            .map_err(|e| Error::from_redis_request(e, "", || "SCRIPT LOAD".into()))?;
+        let refused = |e| Error::from_redis_request(e, "", || "SCRIPT LOAD".into());
+        let shas: Vec<String> = if self.conn.target().is_cluster() {
+            let loads = ALL.iter().map(|script| async move {
+                let mut cmd = redis::cmd("SCRIPT");
+                cmd.arg("LOAD").arg(script.source_for(self.sharded));
+                let sha = self.query(&cmd).await?;
+                String::from_redis_value(sha).map_err(RedisError::from)
+            });
+            futures::future::try_join_all(loads)
+                .await
+                .map_err(refused)?
+        } else {
+            let mut pipe = redis::pipe();
+            for script in ALL {
+                pipe.cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script.source_for(self.sharded));
+            }
+            capped(self.cap, self.conn.send_pipeline(&pipe))
+                .await
+                .map_err(refused)?
+        };
         for (script, sha) in ALL.iter().zip(&shas) {
-            if sha != script.sha() {
+            if sha != script.sha_for(self.sharded) {
                 return Err(Error::unexpected(format!(
                     "SCRIPT LOAD of {} answered {sha}, expected {}",
                     script.name,
-                    script.sha()
+                    script.sha_for(self.sharded)
                 )));
             }
         }
@@ -191,7 +274,7 @@ impl Executor {
 
     async fn load(&self, script: &LuaScript) -> std::result::Result<(), RedisError> {
         let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(script.source);
+        cmd.arg("LOAD").arg(script.source_for(self.sharded));
         self.query(&cmd).await.map(drop)
     }
 
@@ -285,7 +368,7 @@ mod tests {
             .key("k2")
             .arg("owner")
             .arg(30_000u64);
-        let packed = String::from_utf8(call.evalsha().get_packed_command()).unwrap();
+        let packed = String::from_utf8(call.evalsha(false).get_packed_command()).unwrap();
         let parts: Vec<&str> = packed
             .split("\r\n")
             .filter(|p| !p.starts_with(['*', '$']))

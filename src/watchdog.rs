@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::lease::Lease;
 use crate::names;
 use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
+use crate::slots::key_slot;
 
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
 pub(crate) const BATCH: usize = 100;
@@ -240,11 +241,21 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
-        // One script per kind of hold: group the batch by script, then cut it in chunks.
+        // One script per kind of hold, and on a cluster one per slot (a script's keys must
+        // share a slot there): group the batch so, then cut the groups in chunks.
+        let per_slot = executor.target().is_cluster();
+        let group = |r: &Renewal| {
+            let slot = if per_slot {
+                key_slot(r.target.key())
+            } else {
+                0
+            };
+            (r.target.script().sha().as_ptr() as usize, slot)
+        };
         let mut batch = batch;
-        batch.sort_by(|(_, a), (_, b)| a.target.script().sha().cmp(b.target.script().sha()));
+        batch.sort_by_key(|(_, r)| group(r));
         let chunks: Vec<&[(u64, Arc<Renewal>)]> = batch
-            .chunk_by(|(_, a), (_, b)| std::ptr::eq(a.target.script(), b.target.script()))
+            .chunk_by(|(_, a), (_, b)| group(a) == group(b))
             .flat_map(|group| group.chunks(BATCH))
             .collect();
         let calls = chunks

@@ -1,0 +1,284 @@
+//! Where a client's connections go: one server, a Redis Cluster, or the master a set of
+//! sentinels names (asked again on every connection, so a failover is followed).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, RedisResult};
+
+use crate::config::{Config, Topology};
+use crate::connection::Conn;
+use crate::script::capped;
+
+/// The servers behind a client, and how to open a connection to them.
+#[derive(Clone)]
+pub(crate) enum Target {
+    Single(redis::Client),
+    Cluster(Arc<Cluster>),
+    Sentinel(Arc<Sentinels>),
+}
+
+/// A Redis Cluster: the client for commands, and what it takes to build the pub/sub one.
+pub(crate) struct Cluster {
+    client: ClusterClient,
+    seeds: Vec<String>,
+    config: Config,
+}
+
+impl Cluster {
+    fn builder(seeds: &[String], config: &Config) -> ClusterClientBuilder {
+        let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+            .connection_timeout(config.connection_timeout)
+            .response_timeout(config.response_timeout);
+        with_tls(builder, config)
+    }
+
+    /// A RESP3 cluster client whose pushes (messages, subscription changes) go to `pushes`.
+    pub(crate) fn pubsub_client(
+        &self,
+        pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    ) -> RedisResult<ClusterClient> {
+        Self::builder(&self.seeds, &self.config)
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Single(_) => f.write_str("Single"),
+            Target::Cluster(_) => f.write_str("Cluster"),
+            Target::Sentinel(s) => write!(f, "Sentinel({})", s.master),
+        }
+    }
+}
+
+impl Target {
+    /// The target of a checked configuration.
+    pub(crate) fn of(config: &Config) -> RedisResult<Target> {
+        Ok(match &config.topology {
+            Topology::Single(url) => Target::Single(crate::client::redis_client(config, url)?),
+            Topology::Cluster(seeds) => Target::Cluster(Arc::new(Cluster {
+                client: Cluster::builder(seeds, config).build()?,
+                seeds: seeds.clone(),
+                config: config.clone(),
+            })),
+            Topology::Sentinel { master, sentinels } => {
+                // Checked here, so that a malformed URL is refused at build().
+                for url in sentinels {
+                    url.as_str().into_connection_info()?;
+                }
+                Target::Sentinel(Arc::new(Sentinels {
+                    master: master.clone(),
+                    sentinels: sentinels.clone(),
+                    timeout: config.connection_timeout,
+                    config: config.clone(),
+                    connected: Mutex::new(None),
+                }))
+            }
+        })
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+
+    /// Opens a command connection.
+    pub(crate) async fn connect(&self, config: &AsyncConnectionConfig) -> RedisResult<Conn> {
+        match self {
+            Target::Single(client) => client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+                .map(Conn::Single),
+            Target::Cluster(cluster) => cluster
+                .client
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster),
+            Target::Sentinel(sentinels) => {
+                let (client, address) = sentinels.master().await?;
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await?;
+                sentinels.check_master(&mut conn).await?;
+                *sentinels
+                    .connected
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(address);
+                Ok(Conn::Single(conn))
+            }
+        }
+    }
+
+    /// The client for a pub/sub connection to the one server (alone, or the sentinels'
+    /// master now); `None` for a cluster, whose hub subscribes through a cluster connection.
+    pub(crate) async fn pubsub_client(&self) -> RedisResult<Option<redis::Client>> {
+        match self {
+            Target::Single(client) => Ok(Some(client.clone())),
+            Target::Cluster(_) => Ok(None),
+            Target::Sentinel(sentinels) => sentinels.master().await.map(|(c, _)| Some(c)),
+        }
+    }
+
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
+        match self {
+            Target::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn sentinels(&self) -> Option<&Arc<Sentinels>> {
+        match self {
+            Target::Sentinel(sentinels) => Some(sentinels),
+            _ => None,
+        }
+    }
+
+    /// Whether `e` says the connection no longer reaches the master (a sentinel failover
+    /// demoted it): the connection is then opened again, wherever the master is now.
+    pub(crate) fn moved_away(&self, e: &RedisError) -> bool {
+        matches!(self, Target::Sentinel(_)) && e.code() == Some("READONLY")
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(builder: ClusterClientBuilder, _: &Config) -> ClusterClientBuilder {
+    builder
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(builder: ClusterClientBuilder, config: &Config) -> ClusterClientBuilder {
+    match crate::client::tls_certificates(config) {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    }
+}
+
+/// A master found through sentinels.
+pub(crate) struct Sentinels {
+    master: String,
+    sentinels: Vec<String>,
+    timeout: Duration,
+    config: Config,
+    /// The address of the master the command connection was last opened to.
+    connected: Mutex<Option<(String, u16)>>,
+}
+
+/// How often the sentinels are asked whether the master moved (Redisson asks every second).
+const MASTER_CHECK: Duration = Duration::from_secs(1);
+
+/// Asks the sentinels every [`MASTER_CHECK`] where the master is; when it moved, the command
+/// connection and the pub/sub hub are opened again there (the watchdog's renewals follow the
+/// command connection). A READONLY reply reopens the command connection sooner, and a lost
+/// connection reopens either at once. Ends with `shutdown`.
+pub(crate) async fn follow_master(
+    sentinels: Arc<Sentinels>,
+    executor: crate::script::Executor,
+    reconnect_hub: impl Fn(),
+    mut shutdown: tokio::sync::watch::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            () = tokio::time::sleep(MASTER_CHECK) => {}
+        }
+        let Ok(now) = sentinels.master_address().await else {
+            continue; // no sentinel answered: ask again at the next check
+        };
+        let before = sentinels
+            .connected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if before.as_ref().is_some_and(|b| *b != now) {
+            tracing::warn!(
+                master = %sentinels.master,
+                from = ?before,
+                to = ?now,
+                "the sentinels name a new master; moving the connections there"
+            );
+            *sentinels
+                .connected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(now);
+            executor.reopen();
+            reconnect_hub();
+        }
+    }
+}
+
+impl Sentinels {
+    /// Asks the sentinels, in turn, where the master is: the first that knows answers.
+    pub(crate) async fn master_address(&self) -> RedisResult<(String, u16)> {
+        let mut why = Vec::new();
+        for url in &self.sentinels {
+            let ask = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.master)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            };
+            match capped(self.timeout, ask).await {
+                Ok(Some(address)) => return Ok(address),
+                Ok(None) => why.push(format!("{url} knows no master named `{}`", self.master)),
+                Err(e) => why.push(format!("{url}: {e}")),
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "no sentinel named the master `{}`: {}",
+                self.master,
+                why.join("; ")
+            ),
+        )
+        .into())
+    }
+
+    /// A client of the master now, with the first sentinel URL's credentials and database,
+    /// and the master's address.
+    async fn master(&self) -> RedisResult<(redis::Client, (String, u16))> {
+        let (host, port) = self.master_address().await?;
+        let address = (host.clone(), port);
+        let mut info = self.sentinels[0].as_str().into_connection_info()?;
+        let addr = match info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        info = info.set_addr(addr);
+        Ok((
+            crate::client::redis_client_info(&self.config, info)?,
+            address,
+        ))
+    }
+
+    /// Makes sure a new connection reached a master: between the sentinels' answer and the
+    /// connection, a failover may have demoted it.
+    async fn check_master(&self, conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(conn).await?;
+        match role.first() {
+            Some(redis::Value::BulkString(role)) if role == b"master" => Ok(()),
+            _ => Err(std::io::Error::other(format!(
+                "the server the sentinels named as master `{}` is not a master (a failover is under way)",
+                self.master
+            ))
+            .into()),
+        }
+    }
+}
