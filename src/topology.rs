@@ -15,7 +15,7 @@ use crate::script::capped;
 /// The servers behind a client, and how to open a connection to them.
 #[derive(Clone)]
 pub(crate) enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster(Arc<Cluster>),
     Sentinel(Arc<Sentinels>),
 }
@@ -61,7 +61,9 @@ impl Target {
     /// The target of a checked configuration.
     pub(crate) fn of(config: &Config) -> RedisResult<Target> {
         Ok(match &config.topology {
-            Topology::Single(url) => Target::Single(crate::client::redis_client(config, url)?),
+            Topology::Single(url) => {
+                Target::Single(Box::new(crate::client::redis_client(config, url)?))
+            }
             Topology::Cluster(seeds) => Target::Cluster(Arc::new(Cluster {
                 client: Cluster::builder(seeds, config).build()?,
                 seeds: seeds.clone(),
@@ -118,7 +120,7 @@ impl Target {
     /// master now); `None` for a cluster, whose hub subscribes through a cluster connection.
     pub(crate) async fn pubsub_client(&self) -> RedisResult<Option<redis::Client>> {
         match self {
-            Target::Single(client) => Ok(Some(client.clone())),
+            Target::Single(client) => Ok(Some((**client).clone())),
             Target::Cluster(_) => Ok(None),
             Target::Sentinel(sentinels) => sentinels.master().await.map(|(c, _)| Some(c)),
         }
