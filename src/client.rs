@@ -56,6 +56,8 @@ pub(crate) struct ClientInner {
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
+    /// What spans and metrics say of this client's objects.
+    pub(crate) observe: crate::observe::Context,
     /// Dropped with the client: tells the watchdog task to stop.
     _shutdown: watch::Sender<()>,
     /// Runs the background work; dropped last, after everything that may still use it.
@@ -271,6 +273,7 @@ impl Client {
             )
         })?;
         let (shutdown, shutdown_rx) = watch::channel(());
+        let observe = crate::observe::Context::new(redis_client.get_connection_info(), &config);
         let hub = Hub::start(
             redis_client,
             config.connection_timeout,
@@ -291,6 +294,7 @@ impl Client {
                 hub,
                 local_waiters: Arc::default(),
                 watchdog,
+                observe,
                 _shutdown: shutdown,
                 thread,
             }),

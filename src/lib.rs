@@ -9,6 +9,7 @@ mod error;
 mod lease;
 mod lock;
 mod names;
+mod observe;
 mod owner;
 mod pubsub;
 mod runtime;

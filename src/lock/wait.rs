@@ -109,7 +109,10 @@ where
         let nap = nap.max(Duration::from_millis(1));
         offer = local.as_ref().map(Registration::nap);
         tokio::select! {
-            () = subscription.woken() => ask_server = true,
+            () = subscription.woken() => {
+                crate::observe::woken(channel);
+                ask_server = true;
+            }
             // Only the attempt right after a busy answer may trust the client's own view.
             () = tokio::time::sleep(nap) => ask_server = true,
             outcome = async {

@@ -106,7 +106,7 @@ where
             until = until.min(d);
         }
         tokio::select! {
-            () = subscription.woken() => {}
+            () = subscription.woken() => crate::observe::woken(channel),
             () = tokio::time::sleep_until(until) => {}
         }
     }
