@@ -27,7 +27,8 @@
 -- Replies: {1, token} granted anew (the slot counter after its INCR); {2, 0} one more hold;
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
 -- waiter is first, how long that waiter keeps its turn (-1: no TTL).
--- Errors: WRONGTYPE when a key holds another type; nothing is written then.
+-- Errors: WRONGTYPE when a key holds another type; nothing is written then. A refused command
+-- (an ACL user's) fails with Redis' own error.
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -39,6 +40,10 @@ for _, key in ipairs({{1, 'hash'}, {2, 'list'}, {3, 'zset'}, {5, 'zset'}}) do
   end
 end
 local counter = redis.pcall('get', KEYS[4])
+if type(counter) == 'table' and not string.find(counter.err, 'WRONGTYPE', 1, true) then
+  -- Not the key's type (a refused GET, say): Redis' own error.
+  return redis.error_reply(counter.err)
+end
 if type(counter) == 'table' or (counter and not tonumber(counter)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds no counter')
 end

@@ -5,14 +5,23 @@
 -- KEYS[1]  the lock: hash, 'mode' -> read|write, <owner> -> read holds, <owner>:write -> write holds
 -- KEYS[2]  this owner's read-hold timeout prefix ({name}:<owner>:rwlock_timeout); hold k is ':k'
 -- KEYS[3]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
+-- KEYS[4]  (writer preference only; absent under Redisson's policy) the waiting writers' marks,
+--          a zset {name}:ferrisson_writers, owner -> server time in ms until which its mark lives
 -- ARGV[1]  owner
 -- ARGV[2]  the owner's write field (<owner>:write)
 -- ARGV[3]  lease in ms
 -- ARGV[4]  '1' when the client knows of no live read hold of this owner: read holds the server
 --          still has for it are stale and are dropped before a fresh grant (a new token)
 --
+-- With KEYS[4], a new reader is refused while a waiting writer's mark lives, so the writer gets
+-- in once the readers inside have left. An owner with live read holds (the client says so: ARGV[4]
+-- is '0') or with the write hold still enters: it may be inside its critical section, and making
+-- it wait for a writer that waits for it would deadlock both. Without KEYS[4] the script does
+-- exactly what it does for Redisson's policy, and never reads the marks.
+--
 -- Replies: {1, token} the owner's first read hold (token from INCR); {2, 0} one more; {0, pttl}
--- write-locked by another owner (pttl -1: no TTL).
+-- write-locked by another owner (pttl -1: no TTL), or, with KEYS[4], a writer's mark holds new
+-- readers back (pttl: how long the longest-living mark lives unless its writer calls again).
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
 
 local kind = redis.call('type', KEYS[1]).ok
@@ -31,6 +40,25 @@ if kind == 'hash' and not mode then
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {0, redis.call('pttl', KEYS[1])}
+end
+if KEYS[4] and mode ~= 'write' then
+  -- (mode 'write' here means the owner holds the write hold: write->read reentry.)
+  local marks = redis.call('type', KEYS[4]).ok
+  if marks ~= 'none' and marks ~= 'zset' then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds a ' .. marks)
+  end
+  local reading = ARGV[4] ~= '1' and redis.call('hexists', KEYS[1], ARGV[1]) == 1
+  if marks == 'zset' and not reading then
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local last = redis.call('zrevrangebyscore', KEYS[4], '+inf', '(' .. now, 'withscores', 'limit', 0, 1)
+    if last[2] then
+      return {0, math.max(1, tonumber(last[2]) - now)}
+    end
+  end
 end
 
 -- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.

@@ -7,6 +7,11 @@
 -- KEYS[2]  the lock's channel (redisson_rwlock:{name})
 -- KEYS[3]  this owner's read-hold timeout prefix
 -- KEYS[4]  the latch of this request
+-- KEYS[5]  (writer preference only; absent under Redisson's policy) the waiting writers' marks
+--          ({name}:ferrisson_writers): while there are any, the release that frees the lock
+--          publishes '1' instead of '0', so the waiting writer wakes even when readers held
+--          back by its mark wait on the same client (a '0' wakes only one waiter there, and
+--          could wake a reader that is refused again)
 -- ARGV[1]  owner
 -- ARGV[2]  latch TTL in ms
 -- ARGV[3]  the prefix every owner's timeout keys start with ({name}), for '<p>:<owner>:rwlock_timeout:<k>'
@@ -59,7 +64,11 @@ if redis.call('hget', KEYS[1], 'mode') == 'read' then
     redis.call('pexpire', KEYS[1], longest)
   else
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], '0')
+    if KEYS[5] and redis.call('exists', KEYS[5]) == 1 then
+      redis.call('publish', KEYS[2], '1')
+    else
+      redis.call('publish', KEYS[2], '0')
+    end
   end
 end
 if reply == 0 then

@@ -1,21 +1,24 @@
 -- Extends many readers' holds at once (the watchdog's batch for read holds): only the given
--- owner's own timeout keys and the hash, so a dead reader's holds still expire.
+-- owner's own timeout keys and the hash, so a dead reader's holds still expire; and says whether
+-- somebody asked the reader to let go (a revocation request, see revoke.lua).
 --
--- KEYS[2i-1]  a lock hash
--- KEYS[2i]    the owner's read-hold timeout prefix on that lock
+-- KEYS[3i-2]  a lock hash
+-- KEYS[3i-1]  the owner's read-hold timeout prefix on that lock
+-- KEYS[3i]    the lock's revocation requests (ferrisson_revoke:{name}: hold -> requested at)
 -- ARGV[1]     lease in ms
--- ARGV[1+i]   the owner whose read holds on KEYS[2i-1] are renewed
+-- ARGV[1+i]   the owner whose read holds on KEYS[3i-2] are renewed
 --
 -- Replies: an array with one integer per owner, 1 where at least one of its read holds was
--- still there and was extended, 0 where it holds none (its lease is lost).
+-- still there and was extended, 2 the same with a revocation of its read holds asked for, 0
+-- where it holds none (its lease is lost).
 
 local lease = tonumber(ARGV[1])
 local renewed = {}
-for i = 1, #KEYS / 2 do
-  local hash, prefix = KEYS[2 * i - 1], KEYS[2 * i]
+for i = 1, #KEYS / 3 do
+  local hash, prefix, revoke, owner = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[1 + i]
   renewed[i] = 0
   if redis.call('type', hash).ok == 'hash' then
-    local holds = tonumber(redis.call('hget', hash, ARGV[1 + i])) or 0
+    local holds = tonumber(redis.call('hget', hash, owner)) or 0
     for k = 1, holds do
       if redis.call('pexpire', prefix .. ':' .. k, lease) == 1 then
         renewed[i] = 1
@@ -23,6 +26,9 @@ for i = 1, #KEYS / 2 do
     end
     if renewed[i] == 1 and redis.call('pttl', hash) < lease then
       redis.call('pexpire', hash, lease)
+    end
+    if renewed[i] == 1 and redis.pcall('hexists', revoke, owner) == 1 then
+      renewed[i] = 2
     end
   end
 end

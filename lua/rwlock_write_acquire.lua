@@ -4,12 +4,22 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
+-- KEYS[3]  (writer preference only; absent under Redisson's policy) the waiting writers' marks,
+--          a zset {name}:ferrisson_writers, owner -> server time in ms until which its mark lives
 -- ARGV[1]  the owner's write field (<owner>:write)
 -- ARGV[2]  lease in ms
 -- ARGV[3]  owner (its read-hold field)
 -- ARGV[4]  the prefix every owner's timeout keys start with ({name})
 -- ARGV[5]  '1' when the client knows of no live write hold of this owner: a write hold the
 --          server still has for it is stale and is replaced by a fresh grant (a new token)
+-- ARGV[6]  (with KEYS[3]) '1' when the caller waits if refused: it then leaves or refreshes its
+--          mark, which holds new readers back (see rwlock_read_acquire.lua) until
+--          now + ARGV[7]; a waiting writer calls again well within that, so only a writer that
+--          died or hung lets its mark run out
+-- ARGV[7]  (with KEYS[3]) the mark's life in ms
+--
+-- With KEYS[3], a grant takes the owner's own mark away (new readers are held back by the write
+-- hold itself now). Without it, the script does exactly what it does for Redisson's policy.
 --
 -- Replies: {1, token} granted anew; {2, 0} one more write hold; {0, pttl} held by others (pttl -1: no TTL); {3, 0} the owner holds read holds but no
 -- write hold: an upgrade would wait for itself for ever, so it is refused.
@@ -19,15 +29,46 @@ local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
 end
+if KEYS[3] then
+  local marks = redis.call('type', KEYS[3]).ok
+  if marks ~= 'none' and marks ~= 'zset' then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds a ' .. marks)
+  end
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+end
 local counter = redis.pcall('get', KEYS[2])
 if type(counter) == 'table' or (counter and not tonumber(counter)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
 end
 
+-- Refused: a waiting writer leaves or refreshes its mark (and drops the marks that ran out).
+local function refused()
+  local pttl = redis.call('pttl', KEYS[1])
+  if KEYS[3] and ARGV[6] == '1' then
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local life = tonumber(ARGV[7])
+    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+    redis.call('zadd', KEYS[3], now + life, ARGV[3])
+    if redis.call('pttl', KEYS[3]) < life then
+      redis.call('pexpire', KEYS[3], life)
+    end
+  end
+  return {0, pttl}
+end
+-- Granted: the owner's mark, if any, goes.
+local function unmark()
+  if KEYS[3] then
+    redis.call('zrem', KEYS[3], ARGV[3])
+  end
+end
+
 local mode = redis.call('hget', KEYS[1], 'mode')
 if kind == 'hash' and not mode then
   -- Another kind of lock (an RLock) holds this name.
-  return {0, redis.call('pttl', KEYS[1])}
+  return refused()
 end
 if mode == 'read' then
   local fields = redis.call('hgetall', KEYS[1])
@@ -56,6 +97,7 @@ if not mode then
   local token = redis.call('incr', KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
+  unmark()
   return {1, token}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
@@ -69,9 +111,10 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
+  unmark()
   return reply
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
   return {3, 0}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return refused()

@@ -9,12 +9,17 @@
 --
 -- Replies: {1, left} taken (left: permits free now); {0, free} not enough free (nothing
 -- changed); {0, -1} the request was undone already (a late delivery; nothing changed).
--- Errors: WRONGTYPE when the key holds something else than a count (nothing changed).
+-- Errors: WRONGTYPE when the key holds something else than a count (nothing changed). A
+-- refused command (an ACL user's) fails with Redis' own error.
 
 if redis.call('get', KEYS[2]) == 'undone' then
   return {0, -1}
 end
 local free = redis.pcall('get', KEYS[1])
+if type(free) == 'table' and not string.find(free.err, 'WRONGTYPE', 1, true) then
+  -- Not the key's type (a refused GET, say): Redis' own error.
+  return redis.error_reply(free.err)
+end
 if type(free) == 'table' or (free and not tonumber(free)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds no count')
 end

@@ -7,9 +7,14 @@
 --
 -- Replies: for 'set', 1 when set, 0 when permits were set already (nothing changed); for
 -- 'drain', the permits taken (0 when none were free).
--- Errors: WRONGTYPE when the key holds something else than a count (nothing changed).
+-- Errors: WRONGTYPE when the key holds something else than a count (nothing changed). A
+-- refused command (an ACL user's) fails with Redis' own error.
 
 local free = redis.pcall('get', KEYS[1])
+if type(free) == 'table' and not string.find(free.err, 'WRONGTYPE', 1, true) then
+  -- Not the key's type (a refused GET, say): Redis' own error.
+  return redis.error_reply(free.err)
+end
 if type(free) == 'table' or (free and not tonumber(free)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds no count')
 end

@@ -10,7 +10,7 @@ use crate::config::{ClientBuilder, Config};
 use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::lock::handover::LocalWaiters;
-use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock};
+use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::runtime::ClientThread;
@@ -172,7 +172,32 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_read_write_lock(&self, name: &str) -> RReadWriteLock {
-        RReadWriteLock::new(self.clone(), name)
+        RReadWriteLock::new(self.clone(), name, RwPolicy::Redisson)
+    }
+
+    /// A handle on the read-write lock `name` with `policy`: with
+    /// [`RwPolicy::PreferWriters`], a writer that waits holds new readers of such handles back
+    /// until it has had its turn. [`get_read_write_lock`](Self::get_read_write_lock) is this
+    /// with [`RwPolicy::Redisson`]. See [`RwPolicy`] for how, and what it costs.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not async. The handle's acquires are cancel safe as [`RLock::lock`]; a dropped writer's
+    /// wait also takes its mark away (see [`RwPolicy`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::RwPolicy;
+    ///
+    /// let prices = client.get_read_write_lock_with("prices", RwPolicy::PreferWriters);
+    /// let update = prices.write_lock().lock().await?; // readers arriving now wait for it
+    /// update.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_read_write_lock_with(&self, name: &str, policy: RwPolicy) -> RReadWriteLock {
+        RReadWriteLock::new(self.clone(), name, policy)
     }
 
     /// A handle on the fenced lock `name`, whose acquire methods return the fencing token
@@ -262,7 +287,9 @@ impl Client {
         let connection = Arc::new(Connection::new(redis_client.clone(), connection_config));
         capped(config.connection_timeout, connection.open())
             .await
-            .map_err(Error::Redis)?;
+            .map_err(|e| {
+                Error::from_redis_request(e, "", || "the connection's set-up (SELECT)".into())
+            })?;
         let executor = Executor::new(connection, config.round_trip_cap());
         executor.load_all().await?;
 

@@ -204,7 +204,9 @@ impl ClientBuilder {
 
     /// How long a waiter of a fair lock keeps its place in the queue without calling again. A
     /// live waiter calls again every third of it, so only a waiter whose process died (or hung)
-    /// loses its place, and it delays the queue by at most this long.
+    /// loses its place, and it delays the queue by at most this long. It is also the life of a
+    /// waiting writer's mark under [`RwPolicy::PreferWriters`](crate::RwPolicy::PreferWriters):
+    /// the longest a writer that died while waiting holds new readers back.
     ///
     /// Default is 5 s; at least 30 ms, and at most the
     /// [thread wait time](Self::fair_lock_thread_wait_time).

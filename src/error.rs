@@ -109,6 +109,38 @@ pub enum Error {
     #[error("invalid client configuration: {0}")]
     Config(String),
 
+    /// Redis refused a request for lack of permission: the ACL user the client logged in as may
+    /// not run that command, touch one of its keys or use that channel. `what` names the request
+    /// (a script with its keys, `SCRIPT LOAD`, `GET key`, `SUBSCRIBE channel`), `reason` is
+    /// Redis' own message. The README section "Running under a Redis ACL user" has the rule a
+    /// client needs.
+    ///
+    /// A refused command never ran, but Redis refuses a command inside a script only when the
+    /// script reaches it and keeps what the script wrote before.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) {
+    /// use ferrisson::Error;
+    ///
+    /// match client.get_lock("app:orders").lock().await {
+    ///     Ok(guard) => { let _ = guard.unlock().await; }
+    ///     Err(Error::PermissionDenied { what, reason }) => {
+    ///         eprintln!("the Redis user lacks a permission for {what}: {reason}");
+    ///     }
+    ///     Err(other) => eprintln!("failed: {other}"),
+    /// }
+    /// # }
+    /// ```
+    #[error("redis refused {what}: {reason}")]
+    PermissionDenied {
+        /// The refused request.
+        what: String,
+        /// Redis' reason: which command, or that a key or a channel was not permitted.
+        reason: String,
+    },
+
     /// Redis answered something ferrisson's scripts never return (a foreign or corrupted script
     /// cache, or a proxy in the way).
     #[error("unexpected reply from redis: {0}")]
@@ -126,10 +158,47 @@ fn join(errors: &[Error]) -> String {
     shown.join("; ")
 }
 
+/// Redis' message when `err` is a refusal for lack of permission: `NOPERM` from a command the
+/// client sent, or the error a script stops with when Redis refuses one of its commands (Redis
+/// 7.0: `ERR The user executing the script can't ...`; 7.2 and newer: `ERR ACL failure in
+/// script: ...`).
+/// A pipeline's refusal is the first one of its commands'.
+pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
+    let detail = err.detail().map(str::to_owned).or_else(|| {
+        let items = err.clone().into_server_errors()?;
+        items.first()?.1.details().map(str::to_owned)
+    });
+    let refused = match err.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => detail.as_deref().is_some_and(|d| {
+            d.starts_with("The user executing the script can't")
+                || d.starts_with("ACL failure in script")
+        }),
+        _ => false,
+    };
+    refused.then(|| detail.unwrap_or_else(|| err.to_string()))
+}
+
 /// `Result` with ferrisson's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Maps a Redis error of the request `what` names: a refusal for lack of permission becomes
+    /// [`Error::PermissionDenied`], the rest as [`from_redis`](Self::from_redis).
+    pub(crate) fn from_redis_request(
+        err: RedisError,
+        key: &str,
+        what: impl FnOnce() -> String,
+    ) -> Self {
+        match permission_refusal(&err) {
+            Some(reason) => Error::PermissionDenied {
+                what: what(),
+                reason,
+            },
+            None => Error::from_redis(err, key),
+        }
+    }
+
     /// Maps a Redis error, naming `key` when Redis says the key holds another type.
     pub(crate) fn from_redis(err: RedisError, key: &str) -> Self {
         if err.code() == Some("WRONGTYPE") {
@@ -191,6 +260,40 @@ mod tests {
             Some("Operation against a key holding the wrong kind of value".into()),
         );
         assert!(matches!(Error::from_redis(err, "k"), Error::WrongType { key } if key == "k"));
+    }
+
+    #[test]
+    fn acl_refusals_become_permission_denied_with_redis_reason() {
+        let direct = redis::make_extension_error(
+            "NOPERM".into(),
+            Some("this user has no permissions to run the 'evalsha' command".into()),
+        );
+        let in_script_70 = redis::make_extension_error(
+            "ERR".into(),
+            Some("The user executing the script can't run this command or subcommand script: ab, on @user_script:1.".into()),
+        );
+        let in_script_72 = redis::make_extension_error(
+            "ERR".into(),
+            Some("ACL failure in script: User u has no permissions to run the 'time' command script: ab, on @user_script:4.".into()),
+        );
+        for (err, needle) in [
+            (direct, "'evalsha'"),
+            (in_script_70, "can't run this command"),
+            (in_script_72, "'time'"),
+        ] {
+            match Error::from_redis_request(err, "k", || "EVALSHA x".into()) {
+                Error::PermissionDenied { what, reason } => {
+                    assert_eq!(what, "EVALSHA x");
+                    assert!(reason.contains(needle), "{reason}");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let other = redis::make_extension_error("ERR".into(), Some("something else".into()));
+        assert!(matches!(
+            Error::from_redis_request(other, "k", || unreachable!()),
+            Error::Redis(_)
+        ));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub(crate) struct Lease {
     extended_us: AtomicU64,
     lost: AtomicBool,
     lost_signal: Notify,
+    /// Somebody asked this hold to let go (a revocation request); sticky, like lost.
+    revoked: AtomicBool,
+    revoked_signal: Notify,
     guards: Mutex<Guards>,
 }
 
@@ -49,6 +52,8 @@ impl Lease {
             extended_us: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             lost_signal: Notify::new(),
+            revoked: AtomicBool::new(false),
+            revoked_signal: Notify::new(),
             guards: Mutex::new(Guards::default()),
         }
     }
@@ -112,6 +117,33 @@ impl Lease {
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             self.lost_signal.notify_waiters();
+        }
+    }
+
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_revoked(&self) {
+        if !self.revoked.swap(true, Ordering::AcqRel) {
+            tracing::info!(
+                token = self.token,
+                "a revocation of this hold was requested"
+            );
+            self.revoked_signal.notify_waiters();
+        }
+    }
+
+    /// Resolves once a revocation of the hold was requested (and learnt of).
+    pub(crate) async fn revoked(&self) {
+        loop {
+            let signal = self.revoked_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            if self.is_revoked() {
+                return;
+            }
+            signal.await;
         }
     }
 

@@ -60,6 +60,13 @@ pub(crate) fn suffix_base(name: &str) -> String {
     }
 }
 
+/// The revocation requests of an object, a hash of hold → requested at (server ms); the same
+/// name is the channel that tells listening holders (ferrisson only: no Redisson client
+/// subscribes to it, and waiters listen elsewhere).
+pub(crate) fn revocations(name: &str) -> String {
+    derived("ferrisson_revoke", name)
+}
+
 /// The channel of a read-write lock.
 pub(crate) fn rwlock_channel(name: &str) -> String {
     derived("redisson_rwlock", name)

@@ -6,6 +6,10 @@
 //! message `1` wakes every local waiter of its channel, any other message wakes one (rotating).
 //! When the connection drops, the task reconnects, subscribes every channel again and wakes all
 //! waiters, because an unlock may have been missed meanwhile.
+//!
+//! A SUBSCRIBE that Redis refuses for lack of permission (an ACL user without that channel or
+//! without the command) fails the waiters of that channel with [`Error::PermissionDenied`]
+//! naming it, and leaves the connection and every other channel as they were.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,7 @@ use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::error::{Error, Result, permission_refusal};
 use crate::script::capped;
 
 /// The message that wakes every waiter of a channel (Redisson: a read or write unlock).
@@ -39,6 +44,8 @@ struct Channel {
     confirmed: bool,
     /// Waiters to tell once the subscription is confirmed (or has failed).
     pending: Vec<oneshot::Sender<()>>,
+    /// Redis' reason when it refused the last SUBSCRIBE of this channel for lack of permission.
+    refused: Option<String>,
     /// Changes whenever something may have been published on the channel that this client
     /// did not hear as it happened: a message came, or the subscription started or ended.
     stamp: u64,
@@ -144,8 +151,12 @@ impl Hub {
     /// subscription. A subscription that could not be confirmed still works once the hub
     /// reconnects; meanwhile the waiter relies on its re-check timer.
     ///
+    /// # Errors
+    ///
+    /// [`Error::PermissionDenied`] when Redis refused to subscribe the channel.
+    ///
     /// Cancel safe: dropping the future unregisters the waiter.
-    pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Subscription {
+    pub(crate) async fn subscribe(&self, channel: &str, budget: Duration) -> Result<Subscription> {
         self.subscribe_with(channel, budget, Wake::Unlock).await
     }
 
@@ -155,7 +166,7 @@ impl Hub {
         channel: &str,
         budget: Duration,
         policy: Wake,
-    ) -> Subscription {
+    ) -> Result<Subscription> {
         let waiter = Arc::new(Waiter {
             id: self.shared.next_waiter.fetch_add(1, Ordering::Relaxed),
             notify: Notify::new(),
@@ -175,6 +186,7 @@ impl Hub {
                 entry.pending.push(tx);
                 if !entry.requested {
                     entry.requested = true;
+                    entry.refused = None;
                     let _ = self.commands.send(Command::Subscribe(channel.to_owned()));
                 }
                 Some(rx)
@@ -189,7 +201,8 @@ impl Hub {
         if let Some(rx) = confirmed {
             let _ = tokio::time::timeout(budget, rx).await;
         }
-        subscription
+        subscription.refusal()?;
+        Ok(subscription)
     }
 }
 
@@ -223,10 +236,32 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// Resolves when a message (or a reconnection) wakes this waiter. A wake-up that arrived
     /// while nobody was listening is kept, so none is missed between two attempts.
-    pub(crate) async fn woken(&self) {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermissionDenied`] when Redis refused to subscribe the channel (this wakes the
+    /// waiter too): no message will come.
+    pub(crate) async fn woken(&self) -> Result<()> {
         self.waiter.notify.notified().await;
         let wakes = self.waiter.wakes.load(Ordering::Acquire);
         self.waiter.seen.store(wakes, Ordering::Release);
+        self.refusal()
+    }
+
+    /// The refusal of the channel's subscription, if Redis refused it.
+    fn refusal(&self) -> Result<()> {
+        match self
+            .shared
+            .channels()
+            .get(&self.channel)
+            .and_then(|c| c.refused.clone())
+        {
+            Some(reason) => Err(Error::PermissionDenied {
+                what: format!("SUBSCRIBE {}", self.channel),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// An attempt made after the last wake-up got its answer from Redis: that wake-up is used.
@@ -318,8 +353,27 @@ impl HubTask {
             }
         }
         let names: Vec<String> = self.shared.channels().keys().cloned().collect();
-        let ok = self.send(&names, true).await;
-        self.settle_all(ok);
+        let ok = match self.send(&names, true).await {
+            Sent::Done => {
+                self.settle_all(true);
+                true
+            }
+            // Redis does not say which channel it refused: ask for each on its own.
+            Sent::Refused(_) => {
+                let mut ok = true;
+                for name in &names {
+                    if !self.subscribe_one(name).await {
+                        ok = false;
+                        break;
+                    }
+                }
+                ok
+            }
+            Sent::Failed => {
+                self.settle_all(false);
+                false
+            }
+        };
         if ok {
             for channel in self.shared.channels().values() {
                 Shared::wake_all_of(channel);
@@ -337,37 +391,62 @@ impl HubTask {
             self.ensure_connected().await;
             return;
         }
-        let ok = self.send(std::slice::from_ref(&channel), true).await;
-        if ok {
-            self.settle(&channel, true);
-        } else {
-            self.settle_all(false);
+        self.subscribe_one(&channel).await;
+    }
+
+    /// Subscribes one channel on the current connection and settles its waiters; false when
+    /// the connection failed (every waiter is then released to its re-check timer).
+    async fn subscribe_one(&mut self, channel: &str) -> bool {
+        match self.send(&[channel.to_owned()], true).await {
+            Sent::Done => {
+                self.settle(channel, true);
+                true
+            }
+            Sent::Refused(reason) => {
+                self.refuse(channel, reason);
+                true
+            }
+            Sent::Failed => {
+                self.settle_all(false);
+                false
+            }
         }
     }
 
     async fn unsubscribe(&mut self, channel: String) {
-        {
+        let subscribed = {
             let mut channels = self.shared.channels();
             match channels.get(&channel) {
                 Some(entry) if entry.waiters.is_empty() => {
+                    let subscribed = entry.confirmed;
                     channels.remove(&channel);
+                    subscribed
                 }
                 _ => return,
             }
-        }
-        if self.conn.is_some() {
-            self.send(std::slice::from_ref(&channel), false).await;
+        };
+        // A channel Redis refused was never subscribed.
+        if subscribed
+            && self.conn.is_some()
+            && let Sent::Refused(reason) = self.send(std::slice::from_ref(&channel), false).await
+        {
+            tracing::warn!(
+                channel = %channel,
+                reason = %reason,
+                "redis refused UNSUBSCRIBE for lack of permission; the channel stays subscribed \
+                 on this connection and its messages are ignored"
+            );
         }
     }
 
     /// Sends SUBSCRIBE or UNSUBSCRIBE for `names`. A failure drops the connection (the task
-    /// reconnects shortly).
-    async fn send(&mut self, names: &[String], subscribe: bool) -> bool {
+    /// reconnects shortly); a refusal for lack of permission leaves it as it was.
+    async fn send(&mut self, names: &[String], subscribe: bool) -> Sent {
         let Some((sink, _)) = self.conn.as_mut() else {
-            return false;
+            return Sent::Failed;
         };
         if names.is_empty() {
-            return true;
+            return Sent::Done;
         }
         let result = if subscribe {
             capped(self.response_timeout, sink.subscribe(names)).await
@@ -375,12 +454,30 @@ impl HubTask {
             capped(self.response_timeout, sink.unsubscribe(names)).await
         };
         match result {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(error = %e, subscribe, "pub/sub request failed; reconnecting");
-                self.disconnected();
-                false
-            }
+            Ok(()) => Sent::Done,
+            Err(e) => match permission_refusal(&e) {
+                Some(reason) => Sent::Refused(reason),
+                None => {
+                    tracing::warn!(error = %e, subscribe, "pub/sub request failed; reconnecting");
+                    self.disconnected();
+                    Sent::Failed
+                }
+            },
+        }
+    }
+
+    /// Redis refused to subscribe `name`: its waiters are told (they fail with the reason), and
+    /// the next waiter of the channel asks again.
+    fn refuse(&self, name: &str, reason: String) {
+        tracing::warn!(
+            channel = %name,
+            reason = %reason,
+            "redis refused SUBSCRIBE for lack of permission; the channel's waiters fail"
+        );
+        if let Some(entry) = self.shared.channels().get_mut(name) {
+            entry.refused = Some(reason);
+            self.settle_entry(entry, false);
+            Shared::wake_all_of(entry);
         }
     }
 
@@ -403,6 +500,9 @@ impl HubTask {
         entry.confirmed = ok;
         entry.stamp = self.shared.new_stamp();
         entry.requested = ok;
+        if ok {
+            entry.refused = None;
+        }
         for tx in entry.pending.drain(..) {
             let _ = tx.send(());
         }
@@ -434,6 +534,15 @@ impl HubTask {
             }
         }
     }
+}
+
+/// How a SUBSCRIBE or UNSUBSCRIBE went.
+enum Sent {
+    Done,
+    /// Redis refused it for lack of permission (its reason); the connection is fine.
+    Refused(String),
+    /// The connection failed; it was dropped.
+    Failed,
 }
 
 async fn next_message(conn: &mut Option<(PubSubSink, PubSubStream)>) -> Option<redis::Msg> {

@@ -59,6 +59,7 @@ scripts! {
     RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire",
     RWLOCK_WRITE_RELEASE => "rwlock_write_release",
     RWLOCK_REPAIR => "rwlock_repair",
+    RWLOCK_WRITER_LEAVE => "rwlock_writer_leave",
     FAIR_ACQUIRE => "fair_acquire",
     FAIR_RELEASE => "fair_release",
     FAIR_LEAVE => "fair_leave",
@@ -73,6 +74,7 @@ scripts! {
     PERMIT_RELEASE => "permit_release",
     PERMIT_RENEW => "permit_renew",
     PERMIT_SET => "permit_set",
+    REVOKE => "revoke",
 }
 
 /// One invocation of a script: its keys, then its arguments.
@@ -100,6 +102,20 @@ impl ScriptCall {
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
         self.args.extend(arg.to_redis_args());
         self
+    }
+
+    /// What a refusal names: the script and every key it was given.
+    fn describe(&self) -> String {
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        format!(
+            "script {} (EVALSHA) with keys [{}]",
+            self.script.name,
+            keys.join(", ")
+        )
     }
 
     fn evalsha(&self) -> Cmd {
@@ -135,7 +151,7 @@ impl Executor {
         let value = self
             .run_value(call)
             .await
-            .map_err(|e| Error::from_redis(e, key))?;
+            .map_err(|e| Error::from_redis_request(e, key, || call.describe()))?;
         T::from_redis_value(value)
             .map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))
     }
@@ -160,7 +176,7 @@ impl Executor {
         }
         let shas: Vec<String> = capped(self.cap, self.conn.send_pipeline(&pipe))
             .await
-            .map_err(Error::Redis)?;
+            .map_err(|e| Error::from_redis_request(e, "", || "SCRIPT LOAD".into()))?;
         for (script, sha) in ALL.iter().zip(&shas) {
             if sha != script.sha() {
                 return Err(Error::unexpected(format!(
@@ -182,7 +198,19 @@ impl Executor {
     /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
     /// it is sent again on a new connection when the connection dropped under it.
     pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
-        let send = || async { self.query(cmd).await.map_err(|e| Error::from_redis(e, key)) };
+        let send = || async {
+            self.query(cmd).await.map_err(|e| {
+                Error::from_redis_request(e, key, || {
+                    let name = match cmd.args_iter().next() {
+                        Some(redis::Arg::Simple(name)) => {
+                            String::from_utf8_lossy(name).into_owned()
+                        }
+                        _ => "a read of".to_owned(),
+                    };
+                    format!("{name} {key}")
+                })
+            })
+        };
         let value = match send().await {
             Err(e) if e.connection_dropped() => send().await,
             other => other,

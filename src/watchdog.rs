@@ -15,6 +15,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::lease::Lease;
+use crate::names;
 use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
 
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
@@ -60,17 +61,34 @@ impl RenewTarget {
         }
     }
 
+    /// What marks this hold in the object's revocation requests: the hash field (the owner, or
+    /// `<owner>:write`), the reader's owner; for permits, the first id (a request marks all).
+    pub(crate) fn mark(&self) -> &str {
+        match self {
+            RenewTarget::HashField { field, .. } => field,
+            RenewTarget::ReadHolds { owner, .. } => owner,
+            RenewTarget::Permits { ids, .. } => ids.split(' ').next().unwrap_or_default(),
+        }
+    }
+
     /// Adds this hold's keys to a renewal call (one hold's keys follow the previous hold's).
     fn keys(&self, call: ScriptCall) -> ScriptCall {
         match self {
-            RenewTarget::HashField { key, .. } => call.key(&**key),
-            RenewTarget::ReadHolds { key, timeouts, .. } => call.key(&**key).key(&**timeouts),
+            RenewTarget::HashField { key, .. } => call.key(&**key).key(names::revocations(key)),
+            RenewTarget::ReadHolds { key, timeouts, .. } => call
+                .key(&**key)
+                .key(&**timeouts)
+                .key(names::revocations(key)),
             RenewTarget::Permits {
                 count,
                 timeouts,
                 channel,
                 ..
-            } => call.key(&**count).key(&**timeouts).key(&**channel),
+            } => call
+                .key(&**count)
+                .key(&**timeouts)
+                .key(&**channel)
+                .key(names::revocations(count)),
         }
     }
 
@@ -84,7 +102,8 @@ impl RenewTarget {
     }
 
     /// The renewal of this one hold to a TTL of `lease_ms`; replies `[1]` when it was still
-    /// held (and got the TTL), `[0]` when not.
+    /// held (and got the TTL), `[2]` the same with a revocation requested, anything else when
+    /// not.
     pub(crate) fn call(&self, lease_ms: u64) -> ScriptCall {
         let call = self.keys(ScriptCall::new(self.script())).arg(lease_ms);
         self.arg(call)
@@ -248,9 +267,12 @@ async fn run(
                 };
                 entry.in_flight = false;
                 match &result {
-                    Ok(renewed) if renewed.get(i) == Some(&1) => {
+                    Ok(renewed) if matches!(renewed.get(i), Some(1 | 2)) => {
                         renewal.lease.renewed(sent_at, lease);
                         entry.next_due = sent_at + lease / 3;
+                        if renewed.get(i) == Some(&2) {
+                            renewal.lease.mark_revoked();
+                        }
                     }
                     Ok(_) => {
                         crate::observe::lease_lost(

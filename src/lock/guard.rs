@@ -109,6 +109,48 @@ impl LockGuard {
         self.lease.is_lost()
     }
 
+    /// True once this hold is known to be asked to let go (a revocation request, see
+    /// [`RLock::request_revocation`](crate::RLock::request_revocation)): learnt by
+    /// [`revocation_requested`](Self::revocation_requested) or by a watchdog renewal. Once true,
+    /// it stays true. A request is never a forced release: the hold stays until the guard
+    /// releases it.
+    pub fn is_revocation_requested(&self) -> bool {
+        self.lease.is_revoked()
+    }
+
+    /// Resolves when somebody asks this hold to let go (a revocation request for the owner's
+    /// hold on this lock, or on this side of a read-write lock): by the request's message
+    /// within milliseconds while this future listens; a request made while nobody listened is
+    /// found when the future starts, or at the next watchdog renewal (within a third of the
+    /// watchdog timeout) for a renewed hold. Pends for ever when no request comes. A request
+    /// lives about one lease, so a hold the same owner takes again meanwhile hears it too.
+    ///
+    /// The holder decides what to do (finish quickly and unlock, say); fencing tokens protect
+    /// the resource from a holder that ignores it, and `force_unlock` is the forced path.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     () = guard.revocation_requested() => eprintln!("asked to let go: stopping early"),
+    ///     () = async { /* the long job */ } => {}
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revocation_requested(&self) {
+        let target = self.holder.ops.renewal(&self.holder.owner());
+        let mark = target.mark();
+        let inner = &self.holder.client.inner;
+        crate::revoke::requested(inner, self.holder.name(), &[mark], &self.lease).await;
+    }
+
     /// Turns this watchdog-renewed hold into one with a fixed lease of `lease_ms` from now, and
     /// checks that it is still held: `Ok(false)` (and the guard lost) when it is not. For
     /// combinators, whose early parts are renewed while they wait for the later ones.

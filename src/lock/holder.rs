@@ -555,9 +555,13 @@ impl Holder {
         let sent_at = Instant::now();
         let call = self.ops.renewal(&self.owner()).call(ttl_ms);
         let held: Vec<i64> = self.inner().executor.run(&call, self.name()).await?;
-        if held.first() != Some(&1) {
-            lease.mark_lost();
-            return Ok(false);
+        match held.first() {
+            Some(1) => {}
+            Some(2) => lease.mark_revoked(),
+            _ => {
+                lease.mark_lost();
+                return Ok(false);
+            }
         }
         if !still_renewed {
             lease.extended(sent_at, lease_ms);

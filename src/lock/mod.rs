@@ -22,7 +22,7 @@ pub use fair::RFairLock;
 pub use fenced::RFencedLock;
 pub use guard::LockGuard;
 pub use rlock::RLock;
-pub use rwlock::RReadWriteLock;
+pub use rwlock::{RReadWriteLock, RwPolicy};
 
 use crate::error::{Error, Result};
 

@@ -358,6 +358,50 @@ impl RLock {
         self.check()?;
         self.holder.force_unlock().await
     }
+
+    /// Asks the current holders of the lock to let go (Apache Curator's revocation): for a
+    /// read-write lock's read side, every reader; for its write side, the writer; otherwise
+    /// every owner holding it. Returns how many holds were asked; 0 when nobody holds it (then
+    /// nothing is recorded, and a later holder is not asked).
+    ///
+    /// Cooperative: a holder hears it through
+    /// [`LockGuard::revocation_requested`](crate::LockGuard::revocation_requested) or
+    /// [`is_revocation_requested`](crate::LockGuard::is_revocation_requested), and decides. The
+    /// request lives about one lease (`ferrisson_revoke:{name}`), long enough for a holder that
+    /// is not listening to learn it at its next watchdog renewal. Java Redisson clients neither
+    /// see nor answer it. Use [`force_unlock`](Self::force_unlock) to take the lock away, and
+    /// fencing tokens to keep a holder that ignores the request from doing harm.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds no lock;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a malformed name;
+    /// [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    ///
+    /// The request may or may not have been made when the future is dropped after it was sent;
+    /// asking again is harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// if lock.request_revocation().await? == 0 {
+    ///     println!("nobody holds it");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_revocation(&self) -> Result<usize> {
+        self.check()?;
+        let holds = match self.holder.ops.kind() {
+            "read" => crate::revoke::Holds::Read,
+            "write" => crate::revoke::Holds::Write,
+            _ => crate::revoke::Holds::Lock,
+        };
+        let name = self.holder.name();
+        crate::revoke::request(&self.holder.client.inner, name, name, holds).await
+    }
 }
 
 #[cfg(test)]

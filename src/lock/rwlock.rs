@@ -1,13 +1,14 @@
 //! `RReadWriteLock`: Redisson's read-write lock, a read side and a write side on one hash.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::client::Client;
 use crate::lock::holder::{Holder, LockOps, ReleaseRequest, flag};
 use crate::lock::rlock::RLock;
 use crate::script::{
     LOCK_FORCE_UNLOCK, RWLOCK_READ_ACQUIRE, RWLOCK_READ_RELEASE, RWLOCK_REPAIR,
-    RWLOCK_WRITE_ACQUIRE, RWLOCK_WRITE_RELEASE, ScriptCall,
+    RWLOCK_WRITE_ACQUIRE, RWLOCK_WRITE_RELEASE, RWLOCK_WRITER_LEAVE, ScriptCall,
 };
 use crate::watchdog::RenewTarget;
 use crate::{names, slots};
@@ -27,10 +28,13 @@ const WAKE_ALL: &str = "1";
 /// `{name}:<owner>:rwlock_timeout:<k>` with its own lease, and the hash lives as long as the
 /// longest hold. The watchdog renews only this client's own read holds, so a crashed reader's
 /// holds expire even while other readers go on. Releases publish on `redisson_rwlock:{name}`:
-/// `1` (wake everybody) when a write hold ends, `0` when the last reader leaves.
+/// `1` (wake everybody) when a write hold ends, `0` when the last reader leaves (`1` under
+/// [`RwPolicy::PreferWriters`] while a writer waits).
 ///
-/// Readers are not fair to writers: a steady stream of overlapping readers keeps a writer
-/// waiting (as in Redisson).
+/// Under the default [`RwPolicy::Redisson`], readers are not fair to writers: a steady stream of
+/// overlapping readers keeps a writer waiting (as in Redisson). A handle from
+/// [`Client::get_read_write_lock_with`] and [`RwPolicy::PreferWriters`] lets a waiting writer
+/// hold new readers back instead.
 ///
 /// # Examples
 ///
@@ -47,12 +51,17 @@ const WAKE_ALL: &str = "1";
 pub struct RReadWriteLock {
     read: RLock,
     write: RLock,
+    policy: RwPolicy,
 }
 
 impl RReadWriteLock {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(client: Client, name: &str, policy: RwPolicy) -> Self {
         let owner = client.inner.owners.next_owner();
-        let sides = RwNames::new(name, &owner);
+        // A mark lives as long as a fair waiter's place: the same promise (a live waiter keeps
+        // it, a dead one loses it within that time), so the same setting.
+        let mark =
+            (policy == RwPolicy::PreferWriters).then_some(client.inner.config.fair_queue.timeout);
+        let sides = RwNames::new(name, &owner, mark);
         let read = Holder::with_owner(
             client.clone(),
             Box::new(ReadOps(sides.clone())),
@@ -62,12 +71,30 @@ impl RReadWriteLock {
         RReadWriteLock {
             read: RLock::from_holder(read, name),
             write: RLock::from_holder(write, name),
+            policy,
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.read.name()
+    }
+
+    /// Whether this handle's writers hold new readers back while they wait (see [`RwPolicy`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::RwPolicy;
+    ///
+    /// let rw = client.get_read_write_lock_with("doc:7", RwPolicy::PreferWriters);
+    /// assert_eq!(rw.policy(), RwPolicy::PreferWriters);
+    /// assert_eq!(client.get_read_write_lock("doc:7").policy(), RwPolicy::Redisson);
+    /// # Ok(()) }
+    /// ```
+    pub fn policy(&self) -> RwPolicy {
+        self.policy
     }
 
     /// The read side: shared among readers, excluded by a writer (except the writer itself).
@@ -83,9 +110,94 @@ impl RReadWriteLock {
     }
 }
 
+/// Whether waiting writers hold new readers back: the policy of one [`RReadWriteLock`] handle,
+/// chosen with [`Client::get_read_write_lock_with`].
+///
+/// # Cancel safety
+///
+/// Every acquire of either policy is cancel safe as [`RLock::lock`]: dropping the future leaves
+/// no hold behind, and fencing tokens are handed out alike. Under
+/// [`PreferWriters`](Self::PreferWriters) a dropped writer's wait also takes its mark away, from
+/// a background task right after the drop; should that removal not reach Redis, the mark runs
+/// out by itself within the fair lock queue timeout.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use ferrisson::RwPolicy;
+///
+/// // Readers come and go all the time; the hourly rebuild must still get its turn.
+/// let index = client.get_read_write_lock_with("search-index", RwPolicy::PreferWriters);
+/// let rebuild = index.write_lock().lock().await?; // new readers wait from now on
+/// rebuild.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RwPolicy {
+    /// Redisson's behaviour, layout and messages, unchanged: a reader enters whenever no writer
+    /// holds the lock, even while writers wait. Readers that overlap without a pause keep a
+    /// writer out for as long as they go on.
+    #[default]
+    Redisson,
+    /// A waiting writer holds new readers back until it has had its turn.
+    ///
+    /// **How.** While its `lock()` or `try_lock_for` waits, the writer keeps a mark in the
+    /// sorted set `{name}:ferrisson_writers` (in the lock's cluster slot): its owner, scored with
+    /// the Redis server time until which the mark lives. The write-acquire script leaves or
+    /// refreshes the mark on every refused attempt, and the waiting writer attempts again at
+    /// least every third of the mark's life, which is the client's
+    /// [fair lock queue timeout](crate::ClientBuilder::fair_lock_queue_timeout) (5 s by
+    /// default: the same promise as a fair waiter's place, so the same setting); the key expires
+    /// with its longest-living mark. The read-acquire script of this policy refuses a *new*
+    /// reader while a live mark exists and answers with the mark's remaining life, so a reader
+    /// held back sleeps until a wake-up or that time, never polling faster. Readers already
+    /// inside finish; when the last one leaves, its release publishes `1` (instead of
+    /// Redisson's `0`) because marks exist, which wakes every waiter of this client, the writer
+    /// among them (a `0` wakes one, maybe a held-back reader that is refused again). The grant
+    /// takes the writer's mark away, and the write release's `1` wakes the readers.
+    ///
+    /// **No deadlock on reentry.** An owner that already holds read holds still gets more, and
+    /// the writer itself may take read holds (write→read): a reader inside its critical section
+    /// that enters again must not wait for a writer that waits for it.
+    ///
+    /// **Giving up.** A wait that ends without the lock (its budget ran out, it failed, or the
+    /// `lock()` future was dropped: see Cancel safety above) takes its mark away at once and, when no other live mark is left and no writer holds the lock, publishes
+    /// `1` so held-back readers enter. A writer whose process dies (or whose removal never
+    /// reaches Redis) holds readers back until its mark runs out: at most the fair lock queue
+    /// timeout. `try_lock()` never leaves a mark.
+    ///
+    /// **Java Redisson and the default policy ignore marks.** Java readers and
+    /// [`RwPolicy::Redisson`] readers on the same name are not held back, so a steady stream of
+    /// them still starves the writer (which meanwhile holds back the readers of this policy).
+    /// The messages stay Redisson's: `1` is what Java waiters already read as "a write hold
+    /// ended, everybody try again", so at worst a Java waiter tries once more for nothing. A
+    /// last read release by a Java or default-policy reader publishes `0`, which may wake a
+    /// held-back reader of this client instead of its writer; the writer then finds the lock
+    /// free at its next timed attempt, at most a third of the mark's life later.
+    ///
+    /// **Cost.** Readers of this policy look for marks inside the same script call (no extra
+    /// round trip; without marks it is one `TYPE`, about 0.4 µs of Redis time in
+    /// `cargo bench --bench lock`), and read the server time only when marks exist; a last read
+    /// release checks whether marks exist. A
+    /// waiting writer makes one script call per third of the mark's life besides its wake-ups,
+    /// plus one when it gives up. Writers are preferred, not queued: writers that follow each
+    /// other without a pause hold readers of this policy back for as long as they go on.
+    PreferWriters,
+}
+
+/// The sorted set of waiting writers' marks: `{name}:ferrisson_writers`.
+fn writer_marks(name: &str) -> String {
+    format!("{}:ferrisson_writers", names::suffix_base(name))
+}
+
 /// The names one owner of a read-write lock uses.
 #[derive(Debug, Clone)]
 struct RwNames {
+    /// Writer preference only: the waiting writers' marks, `{name}:ferrisson_writers`, and how
+    /// long a mark lives without its writer calling again.
+    writers: Option<(String, Duration)>,
     name: Arc<str>,
     channel: String,
     /// The fencing counter of the lock's cluster slot.
@@ -99,8 +211,9 @@ struct RwNames {
 }
 
 impl RwNames {
-    fn new(name: &str, owner: &Arc<str>) -> Self {
+    fn new(name: &str, owner: &Arc<str>, mark: Option<Duration>) -> Self {
         RwNames {
+            writers: mark.map(|life| (writer_marks(name), life)),
             name: Arc::from(name),
             channel: names::rwlock_channel(name),
             counter: slots::token_counter(name),
@@ -160,6 +273,7 @@ impl LockOps for ReadOps {
             .key(&*n.name)
             .key(&*n.timeouts)
             .key(&n.counter)
+            .key(n.writers.as_ref().map(|(key, _)| key))
             .arg(owner)
             .arg(&*n.write_field)
             .arg(lease_ms)
@@ -173,6 +287,7 @@ impl LockOps for ReadOps {
             .key(&n.channel)
             .key(&*n.timeouts)
             .key(names::unlock_latch_key(&n.name, request.id))
+            .key(n.writers.as_ref().map(|(key, _)| key))
             .arg(owner)
             .arg(request.latch_ttl_ms)
             .arg(&n.base)
@@ -213,16 +328,48 @@ impl LockOps for WriteOps {
 
     /// Replies `{3, 0}` when the owner holds read holds but no write hold: an upgrade, which
     /// would wait for itself, is refused.
-    fn acquire(&self, _owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
+    ///
+    /// With writer preference, a refused caller that waits leaves (or refreshes) its mark.
+    fn acquire(&self, _owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
-        ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
+        let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
             .key(&n.counter)
             .arg(&*n.write_field)
             .arg(lease_ms)
             .arg(&*n.owner)
             .arg(&n.base)
-            .arg(flag(stale))
+            .arg(flag(stale));
+        match &n.writers {
+            Some((key, life)) => call
+                .key(key)
+                .arg(flag(waiting))
+                .arg(life.as_millis() as u64),
+            None => call,
+        }
+    }
+
+    /// A waiting writer calls again at least every third of its mark's life, so the mark of a
+    /// live writer never runs out (a lost message never lets it, either).
+    fn max_nap(&self) -> Option<Duration> {
+        self.0.writers.as_ref().map(|(_, life)| *life / 3)
+    }
+
+    /// With writer preference, a wait that ends without the lock (given up, failed, or dropped)
+    /// takes its mark away: [`leave`](LockOps::leave) runs, in the background when dropped.
+    fn queues(&self) -> bool {
+        self.0.writers.is_some()
+    }
+
+    fn leave(&self, _owner: &str) -> Option<ScriptCall> {
+        let n = &self.0;
+        n.writers.as_ref().map(|(key, _)| {
+            ScriptCall::new(&RWLOCK_WRITER_LEAVE)
+                .key(&*n.name)
+                .key(key)
+                .key(&n.channel)
+                .arg(&*n.owner)
+        })
     }
 
     fn release(&self, _owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {

@@ -64,7 +64,7 @@ where
     if let Some(d) = deadline {
         budget = budget.min(d.saturating_duration_since(Instant::now()));
     }
-    let subscription = client.hub.subscribe(channel, budget).await;
+    let subscription = client.hub.subscribe(channel, budget).await?;
     let local = register();
     // The receiver of the current nap, while a release may offer this waiter the lock.
     let mut offer: Option<oneshot::Receiver<Handed>> = None;
@@ -109,7 +109,8 @@ where
         let nap = nap.max(Duration::from_millis(1));
         offer = local.as_ref().map(Registration::nap);
         tokio::select! {
-            () = subscription.woken() => {
+            woken = subscription.woken() => {
+                woken?;
                 crate::observe::woken(channel);
                 ask_server = true;
             }

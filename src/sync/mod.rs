@@ -86,7 +86,7 @@ where
             .response_timeout
             .min(d.saturating_duration_since(Instant::now()))
     });
-    let subscription = inner.hub.subscribe_with(channel, budget, policy).await;
+    let subscription = inner.hub.subscribe_with(channel, budget, policy).await?;
     loop {
         let tried_at = Instant::now();
         let outcome = attempt().await?;
@@ -106,7 +106,10 @@ where
             until = until.min(d);
         }
         tokio::select! {
-            () = subscription.woken() => crate::observe::woken(channel),
+            woken = subscription.woken() => {
+                woken?;
+                crate::observe::woken(channel);
+            }
             () = tokio::time::sleep_until(until) => {}
         }
     }

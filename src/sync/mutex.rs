@@ -192,4 +192,26 @@ impl RMutex {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.owner().force_unlock().await
     }
+
+    /// Asks the mutex's holder to let go; returns how many holds were asked (0: nobody holds
+    /// it). See [`RLock::request_revocation`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::request_revocation`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RLock::request_revocation`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// mutex.request_revocation().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_revocation(&self) -> Result<usize> {
+        self.owner().request_revocation().await
+    }
 }

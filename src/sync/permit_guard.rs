@@ -192,6 +192,37 @@ impl PermitGuard {
         self.permits.lease.lost().await;
     }
 
+    /// True once the permits are known to be asked to let go (see
+    /// [`RPermitExpirableSemaphore::request_revocation`](crate::RPermitExpirableSemaphore::request_revocation)).
+    /// Once true, it stays true.
+    pub fn is_revocation_requested(&self) -> bool {
+        self.permits.lease.is_revoked()
+    }
+
+    /// Resolves when somebody asks these permits to let go: by message within milliseconds
+    /// while this future listens, found when it starts, or at the next watchdog renewal for
+    /// renewed permits. Pends for ever when no request comes. See
+    /// [`LockGuard::revocation_requested`](crate::LockGuard::revocation_requested).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(permit: ferrisson::PermitGuard) -> ferrisson::Result<()> {
+    /// permit.revocation_requested().await;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revocation_requested(&self) {
+        let permits = &self.permits;
+        let marks: Vec<&str> = permits.ids.iter().map(String::as_str).collect();
+        let inner = permits.shared.inner();
+        crate::revoke::requested(inner, &permits.shared.name, &marks, &permits.lease).await;
+    }
+
     /// Gives the permits a fixed lease of `lease` from now (Redisson's `updateLeaseTime`): the
     /// watchdog stops renewing them, and they come back to the semaphore when it runs out.
     ///
@@ -232,8 +263,11 @@ impl PermitGuard {
         let call = permits.target.call(lease_ms);
         let renewed: Vec<i64> = inner.executor.run(&call, self.name()).await?;
         match renewed.first() {
-            Some(1) => {
+            Some(answer @ (1 | 2)) => {
                 permits.lease.extended(sent_at, lease_ms);
+                if *answer == 2 {
+                    permits.lease.mark_revoked();
+                }
                 Ok(())
             }
             Some(missing) => {

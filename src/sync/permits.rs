@@ -416,6 +416,36 @@ impl RPermitExpirableSemaphore {
         }
     }
 
+    /// Asks the holders of every permit out to let go (Apache Curator's revocation); returns
+    /// how many permits were asked (0: none out, nothing recorded). Cooperative: see
+    /// [`PermitGuard::revocation_requested`]; a holder that ignores it keeps its permits until
+    /// their lease runs out, or until [`release_by_id`](Self::release_by_id) takes them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the permits key holds something else;
+    /// [`Error::InvalidArgument`] for a malformed name; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The request may or may not have been made when the future is dropped after it was sent;
+    /// asking again is harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// let asked = semaphore.request_revocation().await?;
+    /// println!("asked {asked} permits back");
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_revocation(&self) -> Result<usize> {
+        self.check()?;
+        let holds = crate::revoke::Holds::Permits;
+        let (name, timeouts) = (&self.shared.name, &*self.shared.timeouts);
+        crate::revoke::request(self.inner(), name, timeouts, holds).await
+    }
+
     async fn acquire_unbounded(&self, n: u64, lease: Option<Duration>) -> Result<PermitGuard> {
         self.acquire_within(n, None, lease)
             .await?

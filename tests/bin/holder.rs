@@ -1,11 +1,16 @@
 //! A process that takes a lock and keeps it until it is killed: the tests kill it with SIGKILL
 //! to show a dead holder (or a dead waiter) stops counting within its lease.
 //!
-//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|fair|redlock]`,
+//! Usage: `ferrisson-test-holder <redis-url> <lock-name> <ms> [lock|read|write|prefer-write|fair|redlock]`,
 //! where `<ms>` is the watchdog timeout and the fair lock queue timeout; for `redlock` the URL is
 //! a comma-separated list, one per instance; `permit` takes one permit of the permit-expirable
 //! semaphore `<lock-name>` instead. Prints `LOCKED <token>` once it holds the lock; a fair
-//! waiter is queued while it waits.
+//! waiter is queued while it waits, and a `prefer-write` waiter (the write side with
+//! `RwPolicy::PreferWriters`) keeps its writer mark, living `<ms>`, while it waits. The
+//! revocable kinds take a lock (`revocable`, `revocable-unheard`) or a permit
+//! (`permit-revocable`), print `REVOKED` once a revocation is requested, release, and exit:
+//! `revocable-unheard` never listens for the request's message and learns of it from its
+//! watchdog's renewals only.
 
 use std::time::Duration;
 
@@ -48,6 +53,45 @@ async fn main() {
         fail(3, "lease lost");
     }
     let client = &clients[0];
+    match kind {
+        "revocable" | "revocable-unheard" => {
+            let guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", guard.fencing_token());
+            if kind == "revocable" {
+                guard.revocation_requested().await;
+            } else {
+                while !guard.is_revocation_requested() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            println!("REVOKED");
+            guard
+                .unlock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot unlock: {e}")));
+            return;
+        }
+        "permit-revocable" => {
+            let permit = client
+                .get_permit_expirable_semaphore(name)
+                .acquire()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot acquire: {e}")));
+            println!("LOCKED {}", permit.fencing_token());
+            permit.revocation_requested().await;
+            println!("REVOKED");
+            permit
+                .release()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot release: {e}")));
+            return;
+        }
+        _ => {}
+    }
     if kind == "permit" {
         let permit = client
             .get_permit_expirable_semaphore(name)
@@ -62,6 +106,9 @@ async fn main() {
         "lock" => client.get_lock(name),
         "read" => client.get_read_write_lock(name).read_lock(),
         "write" => client.get_read_write_lock(name).write_lock(),
+        "prefer-write" => client
+            .get_read_write_lock_with(name, ferrisson::RwPolicy::PreferWriters)
+            .write_lock(),
         "fair" => client.get_fair_lock(name),
         other => fail(2, &format!("unknown lock kind {other}")),
     };

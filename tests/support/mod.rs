@@ -158,6 +158,24 @@ impl HolderProcess {
             .unwrap_or_else(|| panic!("unexpected line from the holder: {line}"))
     }
 
+    /// The process's next line of output (at most `within`).
+    pub async fn line(&mut self, within: Duration) -> String {
+        tokio::time::timeout(within, self.lines.next_line())
+            .await
+            .expect("the holder process prints in time")
+            .expect("its stdout")
+            .expect("a line")
+    }
+
+    /// Waits (at most `within`) until the process exits; returns its exit code.
+    pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("the holder process exits in time")
+            .expect("its status")
+            .code()
+    }
+
     /// SIGKILL, and wait until it is gone.
     pub async fn kill(&mut self) {
         self.child.start_kill().expect("kill the holder");

@@ -44,8 +44,7 @@ pub trait Lib: Send + Sync + Sized + 'static {
 // ---------------------------------------------------------------------------------------------
 // raw baseline: SET key token NX PX + compare-and-delete script by EVALSHA, redis-rs directly.
 
-pub const RAW_UNLOCK_LUA: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+pub const RAW_UNLOCK_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 pub struct Raw {
     conn: redis::aio::MultiplexedConnection,
@@ -67,10 +66,19 @@ impl Lib for Raw {
     async fn connect(url: &str) -> Result<Self> {
         let client = redis::Client::open(url)?;
         let conn = client.get_multiplexed_async_connection().await?;
-        Ok(Raw { conn, script: redis::Script::new(RAW_UNLOCK_LUA), tokens: AtomicU64::new(0) })
+        Ok(Raw {
+            conn,
+            script: redis::Script::new(RAW_UNLOCK_LUA),
+            tokens: AtomicU64::new(0),
+        })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RawOwner> {
-        Ok(RawOwner { lib: self.clone(), conn: self.conn.clone(), key: key.to_owned(), token: None })
+        Ok(RawOwner {
+            lib: self.clone(),
+            conn: self.conn.clone(),
+            key: key.to_owned(),
+            token: None,
+        })
     }
     fn config() -> String {
         "one multiplexed connection; 2 round trips per cycle".into()
@@ -96,7 +104,13 @@ impl Owner for RawOwner {
     }
     async fn unlock(&mut self) -> Result<()> {
         let token = self.token.take().ok_or_else(|| anyhow!("not held"))?;
-        let n: i64 = self.lib.script.key(&self.key).arg(&token).invoke_async(&mut self.conn).await?;
+        let n: i64 = self
+            .lib
+            .script
+            .key(&self.key)
+            .arg(&token)
+            .invoke_async(&mut self.conn)
+            .await?;
         if n != 1 {
             bail!("raw unlock deleted {n} keys");
         }
@@ -120,10 +134,15 @@ impl Lib for Ferrisson {
     type O = FerrissonOwner;
     const NAME: &'static str = "ferrisson";
     async fn connect(url: &str) -> Result<Self> {
-        Ok(Ferrisson { client: ferrisson::Client::connect(url).await.map_err(e)? })
+        Ok(Ferrisson {
+            client: ferrisson::Client::connect(url).await.map_err(e)?,
+        })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<FerrissonOwner> {
-        Ok(FerrissonOwner { lock: self.client.get_lock(key), guard: None })
+        Ok(FerrissonOwner {
+            lock: self.client.get_lock(key),
+            guard: None,
+        })
     }
     fn config() -> String {
         "one Client; `get_lock` per task; `lock()` (watchdog lease, 30 s) / `guard.unlock()`; waits by pub/sub".into()
@@ -164,7 +183,11 @@ impl Lib for Rslock {
         Ok(Rslock { mgr })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RslockOwner> {
-        Ok(RslockOwner { mgr: self.mgr.clone(), key: key.as_bytes().to_vec(), guard: None })
+        Ok(RslockOwner {
+            mgr: self.mgr.clone(),
+            key: key.as_bytes().to_vec(),
+            guard: None,
+        })
     }
     fn config() -> String {
         format!(
@@ -206,11 +229,18 @@ impl Lib for Rlock {
     const NAME: &'static str = "rlock 0.2.0";
     async fn connect(url: &str) -> Result<Self> {
         let mgr = rlock::async_lock::RLock::new(url).await?;
-        let opts = rlock::AcquireOptions::builder().retry_interval(RETRY).build().map_err(e)?;
+        let opts = rlock::AcquireOptions::builder()
+            .retry_interval(RETRY)
+            .build()
+            .map_err(e)?;
         Ok(Rlock { mgr, opts })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RlockOwner> {
-        Ok(RlockOwner { lib: self.clone(), key: key.to_owned(), guard: None })
+        Ok(RlockOwner {
+            lib: self.clone(),
+            key: key.to_owned(),
+            guard: None,
+        })
     }
     fn config() -> String {
         format!(
@@ -223,7 +253,12 @@ impl Lib for Rlock {
 
 impl Owner for RlockOwner {
     async fn lock(&mut self) -> Result<()> {
-        let g = self.lib.mgr.acquire_mutex_with_options(&self.key, self.lib.opts.clone()).await.map_err(e)?;
+        let g = self
+            .lib
+            .mgr
+            .acquire_mutex_with_options(&self.key, self.lib.opts.clone())
+            .await
+            .map_err(e)?;
         self.guard = Some(g);
         Ok(())
     }
@@ -251,12 +286,18 @@ impl Lib for AsyncRedisLock {
     type O = AsyncRedisLockOwner;
     const NAME: &'static str = "async-redis-lock 0.4.0";
     async fn connect(url: &str) -> Result<Self> {
-        let locker = async_redis_lock::Locker::from_redis_url(url).await.map_err(e)?;
+        let locker = async_redis_lock::Locker::from_redis_url(url)
+            .await
+            .map_err(e)?;
         let opts = async_redis_lock::Options::new().retry(RETRY).timeout(None);
         Ok(AsyncRedisLock { locker, opts })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<AsyncRedisLockOwner> {
-        Ok(AsyncRedisLockOwner { lib: self.clone(), key: key.to_owned(), guard: None })
+        Ok(AsyncRedisLockOwner {
+            lib: self.clone(),
+            key: key.to_owned(),
+            guard: None,
+        })
     }
     fn config() -> String {
         format!(
@@ -269,7 +310,13 @@ impl Lib for AsyncRedisLock {
 
 impl Owner for AsyncRedisLockOwner {
     async fn lock(&mut self) -> Result<()> {
-        self.guard = Some(self.lib.locker.acquire_with_options(&self.lib.opts, &self.key).await.map_err(e)?);
+        self.guard = Some(
+            self.lib
+                .locker
+                .acquire_with_options(&self.lib.opts, &self.key)
+                .await
+                .map_err(e)?,
+        );
         Ok(())
     }
     async fn unlock(&mut self) -> Result<()> {
@@ -298,7 +345,9 @@ impl Lib for RedisLock {
     const NAME: &'static str = "redis-lock 0.5.1";
     async fn connect(url: &str) -> Result<Self> {
         let client = redis027::Client::open(url)?;
-        redis_lock::setup(&client).await.map_err(|err| anyhow!("{err}"))?;
+        redis_lock::setup(&client)
+            .await
+            .map_err(|err| anyhow!("{err}"))?;
         Ok(RedisLock { client })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RedisLockOwner> {
@@ -359,8 +408,13 @@ impl Lib for Distkit {
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<DistkitOwner> {
         let key = distkit::DistkitRedisKey::try_from(key.to_owned()).map_err(e)?;
-        let opts = distkit::lock::LockOptions::builder(key, self.conn.clone()).retry_interval(RETRY).build();
-        Ok(DistkitOwner { mutex: distkit::lock::Mutex::new(opts), guard: None })
+        let opts = distkit::lock::LockOptions::builder(key, self.conn.clone())
+            .retry_interval(RETRY)
+            .build();
+        Ok(DistkitOwner {
+            mutex: distkit::lock::Mutex::new(opts),
+            guard: None,
+        })
     }
     fn config() -> String {
         format!(
@@ -407,7 +461,11 @@ impl Lib for Redlock {
         Ok(Redlock { rl })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RedlockOwner> {
-        Ok(RedlockOwner { lib: self.clone(), key: key.as_bytes().to_vec(), held: None })
+        Ok(RedlockOwner {
+            lib: self.clone(),
+            key: key.as_bytes().to_vec(),
+            held: None,
+        })
     }
     fn config() -> String {
         format!(
@@ -431,7 +489,12 @@ impl Owner for RedlockOwner {
     }
     async fn unlock(&mut self) -> Result<()> {
         let val = self.held.take().ok_or_else(|| anyhow!("not held"))?;
-        let l = redlock::Lock { resource: self.key.clone(), val, validity_time: 0, lock_manager: &self.lib.rl };
+        let l = redlock::Lock {
+            resource: self.key.clone(),
+            val,
+            validity_time: 0,
+            lock_manager: &self.lib.rl,
+        };
         self.lib.rl.unlock(&l);
         Ok(())
     }
@@ -453,10 +516,16 @@ impl Lib for Redisson {
     const NAME: &'static str = "redisson 0.1.0";
     async fn connect(url: &str) -> Result<Self> {
         let config = redisson::RedissonConfig::single_server(url).with_pool_size(64);
-        Ok(Redisson { client: redisson::AsyncRedissonClient::new(config).await.map_err(e)? })
+        Ok(Redisson {
+            client: redisson::AsyncRedissonClient::new(config)
+                .await
+                .map_err(e)?,
+        })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RedissonOwner> {
-        Ok(RedissonOwner { lock: self.client.get_lock(key) })
+        Ok(RedissonOwner {
+            lock: self.client.get_lock(key),
+        })
     }
     fn config() -> String {
         "one AsyncRedissonClient, pool size 64 (default 10) so 64 tasks are not capped by the pool; \
@@ -496,10 +565,14 @@ impl Lib for Rdlock {
     const NAME: &'static str = "rdlock 1.0.3";
     const KEYSPACE_EVENTS: bool = true;
     async fn connect(url: &str) -> Result<Self> {
-        Ok(Rdlock { mgr: rdlock::RdLockConnectionManager::new(url).await.map_err(e)? })
+        Ok(Rdlock {
+            mgr: rdlock::RdLockConnectionManager::new(url).await.map_err(e)?,
+        })
     }
     async fn owner(self: &Arc<Self>, key: &str) -> Result<RdlockOwner> {
-        Ok(RdlockOwner { lock: self.mgr.new_basic_lock(key, TTL.as_secs()) })
+        Ok(RdlockOwner {
+            lock: self.mgr.new_basic_lock(key, TTL.as_secs()),
+        })
     }
     fn config() -> String {
         "one RdLockConnectionManager; `new_basic_lock(key, 30 s)` per task; `lock()` / `release()` \

@@ -5,14 +5,16 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only).
 //!
-//! Exits 2 when any library let two holders into a critical section at once.
+//! Exits 2 when any library let two holders into a critical section at once (or, in the
+//! semaphore workload, more holders than permits).
 
 mod libs;
 mod memory;
+mod semaphore;
 mod server;
 mod watchdog;
 mod workloads;
@@ -60,12 +62,16 @@ impl<T> Outcome<T> {
         }
     }
     fn violated(&self) -> bool {
-        matches!(self, Outcome::Failed(r) if r.contains("MUTUAL EXCLUSION"))
+        matches!(self, Outcome::Failed(r) if r.contains("MUTUAL EXCLUSION") || r.contains(SEMAPHORE_VIOLATED))
     }
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    }
 }
 
 /// A library's workload-2 result on one runtime flavor.
@@ -109,7 +115,12 @@ impl Ctx {
         Ok(())
     }
     /// One run of one library on a flushed server, with keyspace events on when it needs them.
-    async fn run_one<T>(&mut self, keyspace: bool, limit: Duration, run: impl Future<Output = Result<T>>) -> Result<T> {
+    async fn run_one<T>(
+        &mut self,
+        keyspace: bool,
+        limit: Duration,
+        run: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         if keyspace {
             let _ = self.config_set("notify-keyspace-events", "KA").await;
         }
@@ -122,7 +133,12 @@ impl Ctx {
     }
 
     async fn config_set(&mut self, k: &str, v: &str) -> Result<()> {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(k).arg(v).query_async(&mut self.admin).await?;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query_async(&mut self.admin)
+            .await?;
         Ok(())
     }
 }
@@ -143,7 +159,13 @@ async fn timed<T>(limit: Duration, f: impl Future<Output = Result<T>>) -> Result
     }
 }
 
-async fn run_lib<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, WdHold)>, seq: &mut SeqResults, cont: &mut ContResults) -> LibResult {
+async fn run_lib<L: Lib>(
+    ctx: &mut Ctx,
+    kind: Kind,
+    wd: Option<(Duration, WdHold)>,
+    seq: &mut SeqResults,
+    cont: &mut ContResults,
+) -> LibResult {
     if L::KEYSPACE_EVENTS {
         let _ = ctx.config_set("notify-keyspace-events", "KA").await;
     }
@@ -154,7 +176,13 @@ async fn run_lib<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, WdHold
     r
 }
 
-async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, WdHold)>, seq: &mut SeqResults, cont: &mut ContResults) -> LibResult {
+async fn run_lib_inner<L: Lib>(
+    ctx: &mut Ctx,
+    kind: Kind,
+    wd: Option<(Duration, WdHold)>,
+    seq: &mut SeqResults,
+    cont: &mut ContResults,
+) -> LibResult {
     let url = ctx.server.url();
     let t = Instant::now();
     eprintln!("== {}", L::NAME);
@@ -192,7 +220,13 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
     };
     let _ = ctx.flush().await;
     if workload("seq") {
-        r.seq_mt = Outcome::from(timed(SEQ_CAP + Duration::from_secs(30), sequential(lib.clone(), ctx.admin.clone())).await);
+        r.seq_mt = Outcome::from(
+            timed(
+                SEQ_CAP + Duration::from_secs(30),
+                sequential(lib.clone(), ctx.admin.clone()),
+            )
+            .await,
+        );
     }
     eprintln!("   sequential done ({:.1} s)", t.elapsed().as_secs_f64());
     let _ = ctx.flush().await;
@@ -213,7 +247,9 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
         r.cont_ct = take(true);
         r.cont = take(false);
         if workload("hand") {
-            r.hand = Outcome::from(timed(Duration::from_secs(60), handoff(lib.clone(), lib.clone())).await);
+            r.hand = Outcome::from(
+                timed(Duration::from_secs(60), handoff(lib.clone(), lib.clone())).await,
+            );
             let _ = ctx.flush().await;
             r.hand2 = Outcome::from(
                 timed(Duration::from_secs(80), async {
@@ -227,7 +263,13 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
     }
     let _ = ctx.flush().await;
     if workload("many") {
-        r.many = Outcome::from(timed(MANY_DURATION + Duration::from_secs(45), many_keys(lib.clone(), ctx.admin.clone())).await);
+        r.many = Outcome::from(
+            timed(
+                MANY_DURATION + Duration::from_secs(45),
+                many_keys(lib.clone(), ctx.admin.clone()),
+            )
+            .await,
+        );
     }
     eprintln!("   many keys done ({:.1} s)", t.elapsed().as_secs_f64());
     drop(lib);
@@ -235,14 +277,22 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
     if let Some((interval, hold)) = wd.filter(|_| workload("wd")) {
         let fut = hold(url.clone());
         r.wd = Outcome::from(
-            timed(Duration::from_secs(120), watchdog::measure(fut, interval, ctx.admin.clone())).await,
+            timed(
+                Duration::from_secs(120),
+                watchdog::measure(fut, interval, ctx.admin.clone()),
+            )
+            .await,
         );
         eprintln!("   watchdog done ({:.1} s)", t.elapsed().as_secs_f64());
         let _ = ctx.flush().await;
     }
     if workload("mem") {
         r.mem = Outcome::from(
-            timed(memory::MEM_CAP + memory::MEM_WAIT + Duration::from_secs(60), memory::measure::<L>(url.clone(), ctx.admin.clone())).await,
+            timed(
+                memory::MEM_CAP + memory::MEM_WAIT + Duration::from_secs(60),
+                memory::measure::<L>(url.clone(), ctx.admin.clone()),
+            )
+            .await,
         );
         eprintln!("   memory done ({:.1} s)", t.elapsed().as_secs_f64());
         let _ = ctx.flush().await;
@@ -252,7 +302,8 @@ async fn run_lib_inner<L: Lib>(ctx: &mut Ctx, kind: Kind, wd: Option<(Duration, 
 
 type SeqResults = std::collections::HashMap<&'static str, std::result::Result<Vec<SeqRun>, String>>;
 
-type SeqRunner = fn(String, usize) -> std::pin::Pin<Box<dyn Future<Output = Result<SeqRun>> + Send>>;
+type SeqRunner =
+    fn(String, usize) -> std::pin::Pin<Box<dyn Future<Output = Result<SeqRun>> + Send>>;
 
 struct SeqEntry {
     name: &'static str,
@@ -289,7 +340,10 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
     }
     let url = ctx.server.url();
     // COMPARE_SEQ_CYCLES (per run) is for profiling; the documented run uses the default.
-    let cycles = std::env::var("COMPARE_SEQ_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(SEQ_CYCLES / SEQ_ROUNDS);
+    let cycles = std::env::var("COMPARE_SEQ_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SEQ_CYCLES / SEQ_ROUNDS);
     for round in 0..SEQ_ROUNDS {
         eprintln!("sequential round {}/{SEQ_ROUNDS}", round + 1);
         for e in entries.iter().filter(|e| selected(e.name)) {
@@ -297,7 +351,13 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
             if slot.is_err() {
                 continue;
             }
-            let r = ctx.run_one(e.keyspace, SEQ_CAP + Duration::from_secs(30), (e.run)(url.clone(), cycles)).await;
+            let r = ctx
+                .run_one(
+                    e.keyspace,
+                    SEQ_CAP + Duration::from_secs(30),
+                    (e.run)(url.clone(), cycles),
+                )
+                .await;
             record(slot, r);
         }
     }
@@ -306,9 +366,16 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
 }
 
 /// Keyed by library name and runtime flavor (true: its own current-thread runtime).
-type ContResults = std::collections::HashMap<(&'static str, bool), std::result::Result<Vec<Contention>, String>>;
+type ContResults =
+    std::collections::HashMap<(&'static str, bool), std::result::Result<Vec<Contention>, String>>;
 
-type ContRunner = fn(String, redis::aio::MultiplexedConnection) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>;
+type ContRunner = fn(
+    String,
+    redis::aio::MultiplexedConnection,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>;
+
+type ContRunnerCt =
+    fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>;
 
 struct ContEntry {
     name: &'static str,
@@ -316,7 +383,7 @@ struct ContEntry {
     /// On the shared 2-worker runtime.
     run: ContRunner,
     /// On a fresh current-thread runtime of its own.
-    run_ct: fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Contention>> + Send>>,
+    run_ct: ContRunnerCt,
 }
 
 fn cont_entry<L: Lib>() -> ContEntry {
@@ -358,7 +425,9 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
         eprintln!("contention round {}/{CONT_ROUNDS}", round + 1);
         for e in entries.iter().filter(|e| selected(e.name)) {
             for current_thread in [true, false] {
-                let slot = out.entry((e.name, current_thread)).or_insert_with(|| Ok(Vec::new()));
+                let slot = out
+                    .entry((e.name, current_thread))
+                    .or_insert_with(|| Ok(Vec::new()));
                 if slot.is_err() {
                     continue;
                 }
@@ -367,7 +436,9 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
                 } else {
                     (e.run)(ctx.server.url(), ctx.admin.clone())
                 };
-                let r = ctx.run_one(e.keyspace, CONT_CAP + Duration::from_secs(45), run).await;
+                let r = ctx
+                    .run_one(e.keyspace, CONT_CAP + Duration::from_secs(45), run)
+                    .await;
                 record(slot, r);
             }
         }
@@ -376,9 +447,61 @@ async fn contention_phase(ctx: &mut Ctx) -> ContResults {
     out
 }
 
-type WdHold = fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>>;
+/// One row of workload 7 (a semaphore library, not one of the lock libraries above).
+struct SemResult {
+    name: &'static str,
+    kind: Kind,
+    config: String,
+    sem: Outcome<semaphore::Semaphore>,
+}
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem limits the workloads (and then nothing is written).
+/// Workload 7: SEM_ROUNDS runs per semaphore library, interleaved across the libraries, each
+/// with a freshly connected library on a flushed server.
+async fn semaphore_phase(ctx: &mut Ctx) -> Vec<SemResult> {
+    let entries = semaphore::sem_entries();
+    let mut runs: Vec<std::result::Result<Vec<semaphore::SemRun>, String>> =
+        entries.iter().map(|_| Ok(Vec::new())).collect();
+    let on = workload("sem");
+    if on {
+        for round in 0..semaphore::SEM_ROUNDS {
+            eprintln!("semaphore round {}/{}", round + 1, semaphore::SEM_ROUNDS);
+            for (e, slot) in entries.iter().zip(runs.iter_mut()) {
+                if !selected(e.name) || slot.is_err() {
+                    continue;
+                }
+                let cap = semaphore::SEM_DURATION + Duration::from_secs(30);
+                let r = ctx.run_one(false, cap, (e.run)(ctx.server.url())).await;
+                record(slot, r);
+            }
+        }
+        let _ = ctx.flush().await;
+    }
+    entries
+        .into_iter()
+        .zip(runs)
+        .filter(|(e, _)| selected(e.name))
+        .map(|(e, r)| SemResult {
+            name: e.name,
+            kind: e.kind,
+            config: e.config,
+            sem: match r {
+                Ok(runs) => match semaphore::aggregate(runs) {
+                    Some(s) => Outcome::Ok(s),
+                    None => Outcome::Na("not run".into()),
+                },
+                Err(err) => Outcome::Failed(err),
+            },
+        })
+        .collect()
+}
+
+type WdHold = fn(
+    String,
+) -> std::pin::Pin<
+    Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>,
+>;
+
+/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -388,9 +511,9 @@ fn workload(w: &str) -> bool {
 
 fn selected(name: &str) -> bool {
     match std::env::var("COMPARE_ONLY") {
-        Ok(v) if !v.trim().is_empty() => {
-            v.split(',').any(|s| !s.trim().is_empty() && name.to_lowercase().contains(&s.trim().to_lowercase()))
-        }
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| {
+            !s.trim().is_empty() && name.to_lowercase().contains(&s.trim().to_lowercase())
+        }),
         _ => true,
     }
 }
@@ -412,7 +535,10 @@ fn sh(cmd: &str, args: &[&str]) -> String {
 }
 
 fn main() -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     rt.block_on(async_main())
 }
 
@@ -423,24 +549,48 @@ async fn async_main() -> Result<()> {
     let client = redis::Client::open(server.url())?;
     let admin = client.get_multiplexed_async_connection().await?;
     let mut ctx = Ctx { server, admin };
-    let info: String = redis::cmd("INFO").arg("server").query_async(&mut ctx.admin).await?;
-    let redis_version =
-        info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_owned();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut ctx.admin)
+        .await?;
+    let redis_version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
     eprintln!("redis-server {redis_version} on port {}", ctx.server.port);
 
     // The limit: redis-benchmark, EVALSHA of a one-key script (the raw baseline's compare-and-delete).
-    let sha: String = redis::cmd("SCRIPT").arg("LOAD").arg(RAW_UNLOCK_LUA).query_async(&mut ctx.admin).await?;
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RAW_UNLOCK_LUA)
+        .query_async(&mut ctx.admin)
+        .await?;
     let port = ctx.server.port;
     let limits = if std::env::var("COMPARE_SKIP_LIMIT").is_ok() {
         let skipped = || Err(anyhow::anyhow!("skipped (COMPARE_SKIP_LIMIT)"));
-        Limits { c1: skipped(), c50: skipped(), c50p16: skipped() }
+        Limits {
+            c1: skipped(),
+            c50: skipped(),
+            c50p16: skipped(),
+        }
     } else {
         tokio::task::spawn_blocking(move || {
             let args = ["EVALSHA", &sha, "1", "bench_limit", "token"];
             Limits {
                 c1: redis_benchmark(port, 1, 20_000, &args),
                 c50: redis_benchmark(port, 50, 200_000, &args),
-                c50p16: redis_benchmark(port, 50, 500_000, &["-P", "16"].iter().chain(args.iter()).copied().collect::<Vec<_>>()),
+                c50p16: redis_benchmark(
+                    port,
+                    50,
+                    500_000,
+                    &["-P", "16"]
+                        .iter()
+                        .chain(args.iter())
+                        .copied()
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .await?
@@ -465,28 +615,38 @@ async fn async_main() -> Result<()> {
     run!(
         Ferrisson,
         Kind::Ferrisson,
-        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_ferrisson(&u).await })))
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move {
+            watchdog::hold_ferrisson(&u).await
+        })))
     );
     run!(
         Rslock,
         Kind::Peer,
-        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_rslock(&u).await })))
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move {
+            watchdog::hold_rslock(&u).await
+        })))
     );
     run!(
         Rlock,
         Kind::Peer,
-        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_rlock(&u).await })))
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move {
+            watchdog::hold_rlock(&u).await
+        })))
     );
     run!(
         AsyncRedisLock,
         Kind::Peer,
-        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_async_redis_lock(&u).await })))
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move {
+            watchdog::hold_async_redis_lock(&u).await
+        })))
     );
     run!(RedisLock, Kind::Peer, None);
     run!(
         Distkit,
         Kind::Peer,
-        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move { watchdog::hold_distkit(&u).await })))
+        Some((watchdog::WD_INTERVAL, |u| Box::pin(async move {
+            watchdog::hold_distkit(&u).await
+        })))
     );
     run!(Redlock, Kind::Peer, None);
     run!(Redisson, Kind::Peer, None);
@@ -506,36 +666,66 @@ async fn async_main() -> Result<()> {
         }
     }
 
+    let sem = semaphore_phase(&mut ctx).await;
+
     let elapsed = started.elapsed();
     let env = Env {
         nproc: sh("nproc", &[]),
         cpu: std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+            .and_then(|c| {
+                c.lines().find_map(|l| {
+                    l.strip_prefix("model name")
+                        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+                })
+            })
             .unwrap_or_else(|| "?".into()),
         redis_version,
         date: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         rustc: sh("rustc", &["--version"]),
         elapsed,
     };
-    let (tables, targets) = render(&results, &limits);
+    let (tables, targets) = render(&results, &sem, &limits);
     println!("{tables}\n{targets}");
-    let partial = ["COMPARE_ONLY", "COMPARE_WORKLOADS", "COMPARE_SKIP_LIMIT", "COMPARE_SEQ_CYCLES"]
-        .iter()
-        .any(|k| std::env::var(k).map(|v| !v.trim().is_empty()).unwrap_or(false));
+    let partial = [
+        "COMPARE_ONLY",
+        "COMPARE_WORKLOADS",
+        "COMPARE_SKIP_LIMIT",
+        "COMPARE_SEQ_CYCLES",
+    ]
+    .iter()
+    .any(|k| {
+        std::env::var(k)
+            .map(|v| !v.trim().is_empty())
+            .unwrap_or(false)
+    });
     if std::env::var("COMPARE_NO_WRITE").is_err() && !partial {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../BENCHMARKS.md");
         std::fs::write(path, document(&tables, &targets, &results, &env))?;
-        eprintln!("wrote {}", std::path::Path::new(path).canonicalize()?.display());
+        eprintln!(
+            "wrote {}",
+            std::path::Path::new(path).canonicalize()?.display()
+        );
     }
     drop(ctx);
     let violated: Vec<&str> = results
         .iter()
-        .filter(|r| r.seq.violated() || r.cont.violated() || r.cont_ct.violated() || r.hand.violated() || r.hand2.violated() || r.many.violated())
+        .filter(|r| {
+            r.seq.violated()
+                || r.cont.violated()
+                || r.cont_ct.violated()
+                || r.hand.violated()
+                || r.hand2.violated()
+                || r.many.violated()
+        })
         .map(|r| r.name)
+        .chain(sem.iter().filter(|r| r.sem.violated()).map(|r| r.name))
         .collect();
     if !violated.is_empty() {
-        eprintln!("MUTUAL EXCLUSION VIOLATED by: {}", violated.join(", "));
+        eprintln!(
+            "MUTUAL EXCLUSION (or semaphore limit) VIOLATED by: {}",
+            violated.join(", ")
+        );
         std::process::exit(2);
     }
     Ok(())
@@ -551,16 +741,32 @@ struct Env {
 }
 
 fn f0(x: f64) -> String {
-    if x.is_nan() { "–".into() } else { format!("{:.0}", x) }
+    if x.is_nan() {
+        "–".into()
+    } else {
+        format!("{:.0}", x)
+    }
 }
 fn f1(x: f64) -> String {
-    if x.is_nan() { "–".into() } else { format!("{:.1}", x) }
+    if x.is_nan() {
+        "–".into()
+    } else {
+        format!("{:.1}", x)
+    }
 }
 fn f2(x: f64) -> String {
-    if x.is_nan() { "–".into() } else { format!("{:.2}", x) }
+    if x.is_nan() {
+        "–".into()
+    } else {
+        format!("{:.2}", x)
+    }
 }
 fn f3(x: f64) -> String {
-    if x.is_nan() { "–".into() } else { format!("{:.3}", x) }
+    if x.is_nan() {
+        "–".into()
+    } else {
+        format!("{:.3}", x)
+    }
 }
 fn ratio(a: f64, b: Option<f64>) -> String {
     match b {
@@ -569,7 +775,7 @@ fn ratio(a: f64, b: Option<f64>) -> String {
     }
 }
 
-fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
+fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String, String) {
     let mut t = String::new();
     let fer = results.iter().find(|r| r.kind == Kind::Ferrisson);
     let raw = results.iter().find(|r| r.kind == Kind::Raw);
@@ -577,13 +783,29 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     let c50 = limits.c50.as_ref().ok().map(|x| x.0);
 
     // Limits
-    let _ = writeln!(t, "### Limit: redis-benchmark, EVALSHA of a one-key script\n");
-    let _ = writeln!(t, "| clients | requests/s | p50 ms | as lock+unlock cycles/s (÷ 2) |");
+    let _ = writeln!(
+        t,
+        "### Limit: redis-benchmark, EVALSHA of a one-key script\n"
+    );
+    let _ = writeln!(
+        t,
+        "| clients | requests/s | p50 ms | as lock+unlock cycles/s (÷ 2) |"
+    );
     let _ = writeln!(t, "|---|---:|---:|---:|");
-    for (c, l) in [("-c 1", &limits.c1), ("-c 50", &limits.c50), ("-c 50 -P 16 (informative, pipelined)", &limits.c50p16)] {
+    for (c, l) in [
+        ("-c 1", &limits.c1),
+        ("-c 50", &limits.c50),
+        ("-c 50 -P 16 (informative, pipelined)", &limits.c50p16),
+    ] {
         match l {
             Ok((rps, p50)) => {
-                let _ = writeln!(t, "| {c} | {} | {} | {} |", f0(*rps), f3(*p50), f0(rps / 2.0));
+                let _ = writeln!(
+                    t,
+                    "| {c} | {} | {} | {} |",
+                    f0(*rps),
+                    f3(*p50),
+                    f0(rps / 2.0)
+                );
             }
             Err(err) => {
                 let _ = writeln!(t, "| {c} | FAILED: {err:#} | | |");
@@ -624,12 +846,26 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
          every command Redis ran, those inside scripts included; CPU: µs of this process and of \
          redis-server per cycle.\n"
     );
-    let _ = writeln!(t, "| library | cycles/s | range | p50 ms | p99 ms | round trips | scripts | script exec µs | all cmds | client µs | redis µs | vs ferrisson | vs raw | vs limit | multi-thread rt: cycles/s, p50 ms |");
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        t,
+        "| library | cycles/s | range | p50 ms | p99 ms | round trips | scripts | script exec µs | all cmds | client µs | redis µs | vs ferrisson | vs raw | vs limit | multi-thread rt: cycles/s, p50 ms |"
+    );
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in results {
         match (&r.seq, r.seq.cell()) {
             (Outcome::Ok(s), _) => {
-                let capped = if s.capped { format!(" (a run stopped at {} s; {} cycles)", SEQ_CAP.as_secs(), s.cycles) } else { String::new() };
+                let capped = if s.capped {
+                    format!(
+                        " (a run stopped at {} s; {} cycles)",
+                        SEQ_CAP.as_secs(),
+                        s.cycles
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     t,
                     "| {}{capped} | {} | {}..{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -681,44 +917,53 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
         ("Own current-thread runtime (one OS thread)", true),
         ("Shared 2-worker runtime", false),
     ] {
-    let fer_cont = fer.and_then(|r| contention_of(r, current_thread).ok()).map(|s| s.ops_per_s);
-    let _ = writeln!(t, "{title}:\n");
-    let _ = writeln!(t, "| library | acquisitions/s | range | acquire p50 ms | acquire p99 ms | per task min..max | requests/acq | scripts/acq | client µs/acq | redis µs/acq | vs ferrisson |");
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
-        let cont = contention_of(r, current_thread);
-        match (cont, cont.cell()) {
-            (Outcome::Ok(s), _) => {
-                let capped = if s.capped {
-                    format!(" (stopped at {} s: {} acquisitions)", CONT_CAP.as_secs(), s.acquisitions)
-                } else {
-                    String::new()
-                };
-                let _ = writeln!(
-                    t,
-                    "| {}{capped} | {} | {}..{} | {} | {} | {}..{} | {} | {} | {} | {} | {} |",
-                    r.name,
-                    f0(s.ops_per_s),
-                    f0(s.ops_range.0),
-                    f0(s.ops_range.1),
-                    f3(s.acq_p50_ms),
-                    f3(s.acq_p99_ms),
-                    s.per_task.iter().min().unwrap_or(&0),
-                    s.per_task.iter().max().unwrap_or(&0),
-                    f2(s.requests_per_acq),
-                    f2(s.scripts_per_acq),
-                    f0(s.client_us_per_acq),
-                    f0(s.server_us_per_acq),
-                    ratio(s.ops_per_s, fer_cont),
-                );
+        let fer_cont = fer
+            .and_then(|r| contention_of(r, current_thread).ok())
+            .map(|s| s.ops_per_s);
+        let _ = writeln!(t, "{title}:\n");
+        let _ = writeln!(
+            t,
+            "| library | acquisitions/s | range | acquire p50 ms | acquire p99 ms | per task min..max | requests/acq | scripts/acq | client µs/acq | redis µs/acq | vs ferrisson |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for r in results {
+            let cont = contention_of(r, current_thread);
+            match (cont, cont.cell()) {
+                (Outcome::Ok(s), _) => {
+                    let capped = if s.capped {
+                        format!(
+                            " (stopped at {} s: {} acquisitions)",
+                            CONT_CAP.as_secs(),
+                            s.acquisitions
+                        )
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(
+                        t,
+                        "| {}{capped} | {} | {}..{} | {} | {} | {}..{} | {} | {} | {} | {} | {} |",
+                        r.name,
+                        f0(s.ops_per_s),
+                        f0(s.ops_range.0),
+                        f0(s.ops_range.1),
+                        f3(s.acq_p50_ms),
+                        f3(s.acq_p99_ms),
+                        s.per_task.iter().min().unwrap_or(&0),
+                        s.per_task.iter().max().unwrap_or(&0),
+                        f2(s.requests_per_acq),
+                        f2(s.scripts_per_acq),
+                        f0(s.client_us_per_acq),
+                        f0(s.server_us_per_acq),
+                        ratio(s.ops_per_s, fer_cont),
+                    );
+                }
+                (_, Some(c)) => {
+                    let _ = writeln!(t, "| {} | {c} | | | | | | | | | |", r.name);
+                }
+                _ => {}
             }
-            (_, Some(c)) => {
-                let _ = writeln!(t, "| {} | {c} | | | | | | | | | |", r.name);
-            }
-            _ => {}
         }
-    }
-    let _ = writeln!(t);
+        let _ = writeln!(t);
     }
 
     // 3. Handoff
@@ -736,11 +981,22 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     );
     let fer_hand2 = fer.and_then(|r| r.hand2.ok()).map(|s| s.ret_p50_ms);
     for (title, two, fer_p50) in [
-        ("A and B two owners on one client (one library instance)", false, fer_hand),
-        ("A and B on two clients (two library instances, two connections)", true, fer_hand2),
+        (
+            "A and B two owners on one client (one library instance)",
+            false,
+            fer_hand,
+        ),
+        (
+            "A and B on two clients (two library instances, two connections)",
+            true,
+            fer_hand2,
+        ),
     ] {
         let _ = writeln!(t, "{title}:\n");
-        let _ = writeln!(t, "| library | p50 ms | p99 ms | vs ferrisson (p50) | p50 ms (from start) | p99 ms (from start) |");
+        let _ = writeln!(
+            t,
+            "| library | p50 ms | p99 ms | vs ferrisson (p50) | p50 ms (from start) | p99 ms (from start) |"
+        );
         let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|");
         for r in results {
             let hand = if two { &r.hand2 } else { &r.hand };
@@ -784,14 +1040,17 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
          µs Redis spent running scripts per cycle and that time as % of the wall time (Redis runs them on one \
          thread, so near 100 % the scripts alone saturate it).\n"
     );
-    let _ = writeln!(t, "| library | cycles/s | lock ops/s | per task min..max | client CPU % | redis CPU % | client µs/cycle | redis µs/cycle | script exec µs/cycle (% of wall) | vs ferrisson | vs limit |");
+    let _ = writeln!(
+        t,
+        "| library | cycles/s | lock ops/s | per task min..max | client CPU % | redis CPU % | client µs/cycle | redis µs/cycle | script exec µs/cycle (% of wall) | vs ferrisson | vs limit |"
+    );
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         match (&r.many, r.many.cell()) {
             (Outcome::Ok(s), _) => {
                 let _ = writeln!(
                     t,
-                    "| {} | {} | {} | {}..{} | {} | {} | {} | {} | {} ({}) | {} | {} |",
+                    "| {} | {} | {} | {}..{} | {} | {} | {} | {} | {} ({:.0} %) | {} | {} |",
                     r.name,
                     f0(s.cycles_per_s),
                     f0(2.0 * s.cycles_per_s),
@@ -802,7 +1061,7 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
                     f0(s.client_us_per_cycle),
                     f0(s.server_us_per_cycle),
                     f1(s.script_exec_us_per_cycle),
-                    format!("{:.0} %", s.script_exec_pct),
+                    s.script_exec_pct,
                     ratio(s.cycles_per_s, fer_many),
                     ratio(2.0 * s.cycles_per_s, c50),
                 );
@@ -829,7 +1088,10 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
         "Per tick = per renewal interval. Script calls: EVALSHA+EVAL+FCALL from INFO commandstats; CPU: \
          utime+stime from /proc over the window.\n"
     );
-    let _ = writeln!(t, "| library | acquire 10k s | script calls/tick | all cmds/tick | client CPU ms/tick | redis CPU ms/tick | vs ferrisson (calls) |");
+    let _ = writeln!(
+        t,
+        "| library | acquire 10k s | script calls/tick | all cmds/tick | client CPU ms/tick | redis CPU ms/tick | vs ferrisson (calls) |"
+    );
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|");
     for r in results {
         match (&r.wd, r.wd.cell()) {
@@ -856,10 +1118,16 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     // 6. Memory
     t.push_str(&render_memory(results));
 
+    // 7. Semaphore
+    t.push_str(&render_semaphore(sem));
+
     // Targets
     let peers: Vec<&LibResult> = results.iter().filter(|r| r.kind == Kind::Peer).collect();
     let best = |f: &dyn Fn(&LibResult) -> Option<f64>| -> Option<(f64, &'static str)> {
-        peers.iter().filter_map(|r| f(r).map(|v| (v, r.name))).max_by(|a, b| a.0.total_cmp(&b.0))
+        peers
+            .iter()
+            .filter_map(|r| f(r).map(|v| (v, r.name)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
     };
     let mut g = String::new();
     let _ = writeln!(g, "### Targets (ferrisson)\n");
@@ -878,10 +1146,19 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
         match raw_seq {
             Some(rs) => line(
                 "sequential ≥ 0.9× raw baseline".into(),
-                format!("{} vs {} cycles/s = {}", f0(fs), f0(rs), ratio(fs, Some(rs))),
+                format!(
+                    "{} vs {} cycles/s = {}",
+                    f0(fs),
+                    f0(rs),
+                    ratio(fs, Some(rs))
+                ),
                 Some(fs >= 0.9 * rs),
             ),
-            None => line("sequential ≥ 0.9× raw baseline".into(), "raw not run".into(), None),
+            None => line(
+                "sequential ≥ 0.9× raw baseline".into(),
+                "raw not run".into(),
+                None,
+            ),
         }
         let bp = best(&|r| r.seq.ok().map(|s| s.ops_per_s));
         match bp {
@@ -890,72 +1167,122 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
                 format!("{} vs {} ({n}) = {}", f0(fs), f0(v), ratio(fs, Some(v))),
                 Some(fs >= 1.3 * v),
             ),
-            None => line("sequential ≥ 1.3× best peer".into(), "no peer result".into(), None),
+            None => line(
+                "sequential ≥ 1.3× best peer".into(),
+                "no peer result".into(),
+                None,
+            ),
         }
     } else {
         line("sequential".into(), "ferrisson did not run".into(), None);
     }
     // 2: on both runtimes
-    for (variant, current_thread) in [("own current-thread runtime", true), ("shared 2-worker runtime", false)] {
-    if let Some(c) = fer.and_then(|r| contention_of(r, current_thread).ok()) {
-        let bp = best(&|r| contention_of(r, current_thread).ok().map(|s| s.ops_per_s));
-        let even = |s: &Contention| {
-            let m = s.per_task.iter().sum::<usize>() as f64 / s.per_task.len() as f64;
-            let mx = *s.per_task.iter().max().unwrap_or(&0) as f64;
-            let mn = *s.per_task.iter().min().unwrap_or(&0) as f64;
-            mx <= 2.0 * m && mn >= m / 2.0
-        };
-        let fair = best(&|r| contention_of(r, current_thread).ok().filter(|s| even(s)).map(|s| s.ops_per_s));
-        let fair_note = match fair {
-            Some((v, n)) => format!("; best peer within 2× of even: {} ({n}) = {}", f0(v), ratio(c.ops_per_s, Some(v))),
-            None => "; no peer within 2× of even".into(),
-        };
-        match bp {
-            Some((v, n)) => line(
-                format!("contended ops/s ≥ 1.2× best peer ({variant})"),
-                format!("{} vs {} ({n}) = {}{fair_note}", f0(c.ops_per_s), f0(v), ratio(c.ops_per_s, Some(v))),
-                Some(c.ops_per_s >= 1.2 * v),
-            ),
-            None => line(format!("contended ops/s ≥ 1.2× best peer ({variant})"), "no peer result".into(), None),
+    for (variant, current_thread) in [
+        ("own current-thread runtime", true),
+        ("shared 2-worker runtime", false),
+    ] {
+        if let Some(c) = fer.and_then(|r| contention_of(r, current_thread).ok()) {
+            let bp = best(&|r| contention_of(r, current_thread).ok().map(|s| s.ops_per_s));
+            let even = |s: &Contention| {
+                let m = s.per_task.iter().sum::<usize>() as f64 / s.per_task.len() as f64;
+                let mx = *s.per_task.iter().max().unwrap_or(&0) as f64;
+                let mn = *s.per_task.iter().min().unwrap_or(&0) as f64;
+                mx <= 2.0 * m && mn >= m / 2.0
+            };
+            let fair = best(&|r| {
+                contention_of(r, current_thread)
+                    .ok()
+                    .filter(|s| even(s))
+                    .map(|s| s.ops_per_s)
+            });
+            let fair_note = match fair {
+                Some((v, n)) => format!(
+                    "; best peer within 2× of even: {} ({n}) = {}",
+                    f0(v),
+                    ratio(c.ops_per_s, Some(v))
+                ),
+                None => "; no peer within 2× of even".into(),
+            };
+            match bp {
+                Some((v, n)) => line(
+                    format!("contended ops/s ≥ 1.2× best peer ({variant})"),
+                    format!(
+                        "{} vs {} ({n}) = {}{fair_note}",
+                        f0(c.ops_per_s),
+                        f0(v),
+                        ratio(c.ops_per_s, Some(v))
+                    ),
+                    Some(c.ops_per_s >= 1.2 * v),
+                ),
+                None => line(
+                    format!("contended ops/s ≥ 1.2× best peer ({variant})"),
+                    "no peer result".into(),
+                    None,
+                ),
+            }
+            let n = c.per_task.len() as f64;
+            let m = c.per_task.iter().sum::<usize>() as f64 / n;
+            let (mn, mx) = (
+                *c.per_task.iter().min().unwrap() as f64,
+                *c.per_task.iter().max().unwrap() as f64,
+            );
+            line(
+                format!("contended acquisitions per task: max ≤ 2×mean, min ≥ mean/2 ({variant})"),
+                format!(
+                    "min {mn:.0}, max {mx:.0}, mean {m:.0} (per task {:?})",
+                    c.per_task
+                ),
+                Some(mx <= 2.0 * m && mn >= m / 2.0),
+            );
+        } else {
+            line(
+                format!("contention ({variant})"),
+                "ferrisson result missing".into(),
+                None,
+            );
         }
-        let n = c.per_task.len() as f64;
-        let m = c.per_task.iter().sum::<usize>() as f64 / n;
-        let (mn, mx) = (*c.per_task.iter().min().unwrap() as f64, *c.per_task.iter().max().unwrap() as f64);
-        line(
-            format!("contended acquisitions per task: max ≤ 2×mean, min ≥ mean/2 ({variant})"),
-            format!("min {mn:.0}, max {mx:.0}, mean {m:.0} (per task {:?})", c.per_task),
-            Some(mx <= 2.0 * m && mn >= m / 2.0),
-        );
-    } else {
-        line(format!("contention ({variant})"), "ferrisson result missing".into(), None);
-    }
     }
     // 3: both variants must meet the targets
-    for (variant, hand) in [("one client", fer.map(|r| &r.hand)), ("two clients", fer.map(|r| &r.hand2))] {
-    if let Some(h) = hand.and_then(|h| h.ok()) {
-        line(
-            format!("handoff, {variant}: p50 ≤ 0.3 ms (from release returning)"),
-            format!(
-                "{} ms (from release starting: {} ms, {})",
-                f3(h.ret_p50_ms),
-                f3(h.start_p50_ms),
-                if h.start_p50_ms <= 0.3 { "also within" } else { "over" }
-            ),
-            Some(h.ret_p50_ms <= 0.3),
-        );
-        line(
-            format!("handoff, {variant}: p99 ≤ 2 ms (from release returning)"),
-            format!(
-                "{} ms (from release starting: {} ms, {})",
-                f3(h.ret_p99_ms),
-                f3(h.start_p99_ms),
-                if h.start_p99_ms <= 2.0 { "also within" } else { "over" }
-            ),
-            Some(h.ret_p99_ms <= 2.0),
-        );
-    } else {
-        line(format!("handoff, {variant}"), "ferrisson result missing".into(), None);
-    }
+    for (variant, hand) in [
+        ("one client", fer.map(|r| &r.hand)),
+        ("two clients", fer.map(|r| &r.hand2)),
+    ] {
+        if let Some(h) = hand.and_then(|h| h.ok()) {
+            line(
+                format!("handoff, {variant}: p50 ≤ 0.3 ms (from release returning)"),
+                format!(
+                    "{} ms (from release starting: {} ms, {})",
+                    f3(h.ret_p50_ms),
+                    f3(h.start_p50_ms),
+                    if h.start_p50_ms <= 0.3 {
+                        "also within"
+                    } else {
+                        "over"
+                    }
+                ),
+                Some(h.ret_p50_ms <= 0.3),
+            );
+            line(
+                format!("handoff, {variant}: p99 ≤ 2 ms (from release returning)"),
+                format!(
+                    "{} ms (from release starting: {} ms, {})",
+                    f3(h.ret_p99_ms),
+                    f3(h.start_p99_ms),
+                    if h.start_p99_ms <= 2.0 {
+                        "also within"
+                    } else {
+                        "over"
+                    }
+                ),
+                Some(h.ret_p99_ms <= 2.0),
+            );
+        } else {
+            line(
+                format!("handoff, {variant}"),
+                "ferrisson result missing".into(),
+                None,
+            );
+        }
     }
     // 4
     match (fer.and_then(|r| r.many.ok()), c50) {
@@ -977,7 +1304,10 @@ fn render(results: &[LibResult], limits: &Limits) -> (String, String) {
     if let Some(w) = fer.and_then(|r| r.wd.ok()) {
         let budget = w.locks.div_ceil(100) as f64;
         line(
-            format!("watchdog ≤ ceil({}/100) = {budget:.0} script calls per tick", w.locks),
+            format!(
+                "watchdog ≤ ceil({}/100) = {budget:.0} script calls per tick",
+                w.locks
+            ),
             format!(
                 "{} calls/tick ({} cmds/tick), client CPU {} ms/tick",
                 f0(w.script_calls_per_tick),
@@ -1017,9 +1347,16 @@ fn mem_projection(m: &Memory) -> String {
         "0 (nothing left)".into()
     } else if m.after_wait.keys > 0 && m.only_slot_counters {
         let per_key = m.after_wait.bytes as f64 / m.after_wait.keys as f64;
-        format!("≤ {} (bounded: ≤ {} counters × {per_key:.0} B)", bytes(per_key * memory::SLOTS as f64), memory::SLOTS)
+        format!(
+            "≤ {} (bounded: ≤ {} counters × {per_key:.0} B)",
+            bytes(per_key * memory::SLOTS as f64),
+            memory::SLOTS
+        )
     } else {
-        format!("{} (grows per name: {per_name:.1} B × names)", bytes(per_name * MEM_PROJECTED))
+        format!(
+            "{} (grows per name: {per_name:.1} B × names)",
+            bytes(per_name * MEM_PROJECTED)
+        )
     }
 }
 
@@ -1057,16 +1394,27 @@ fn render_memory(results: &[LibResult]) -> String {
         memory::SLOT_COUNTER_PREFIX,
         memory::SLOTS,
     );
-    let _ = writeln!(t, "| library | names | right after: keys (with TTL) | right after: bytes | after {wait} s: keys (with TTL) | after {wait} s: bytes | bytes per name | at 10 M names | keys left right after (samples) |");
+    let _ = writeln!(
+        t,
+        "| library | names | right after: keys (with TTL) | right after: bytes | after {wait} s: keys (with TTL) | after {wait} s: bytes | bytes per name | at 10 M names | keys left right after (samples) |"
+    );
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---|---|");
     for r in results {
         match (&r.mem, r.mem.cell()) {
             (Outcome::Ok(m), _) => {
-                let names = if m.capped { format!("{} (stopped at {} s)", m.names, memory::MEM_CAP.as_secs()) } else { m.names.to_string() };
+                let names = if m.capped {
+                    format!("{} (stopped at {} s)", m.names, memory::MEM_CAP.as_secs())
+                } else {
+                    m.names.to_string()
+                };
                 let samples = if m.samples.is_empty() {
                     "none".to_owned()
                 } else {
-                    m.samples.iter().map(|s| format!("`{}`", s.replace('|', "/"))).collect::<Vec<_>>().join(", ")
+                    m.samples
+                        .iter()
+                        .map(|s| format!("`{}`", s.replace('|', "/")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 };
                 let _ = writeln!(
                     t,
@@ -1088,24 +1436,54 @@ fn render_memory(results: &[LibResult]) -> String {
             _ => {}
         }
     }
-    let ok: Vec<(&LibResult, &Memory)> = results.iter().filter_map(|r| r.mem.ok().map(|m| (r, m))).collect();
+    let ok: Vec<(&LibResult, &Memory)> = results
+        .iter()
+        .filter_map(|r| r.mem.ok().map(|m| (r, m)))
+        .collect();
     if ok.is_empty() {
         return t;
     }
     let left: Vec<String> = ok
         .iter()
         .filter(|(_, m)| m.after_wait.keys > 0)
-        .map(|(r, m)| format!("{} ({} keys, {})", r.name, m.after_wait.keys, bytes(m.after_wait.bytes as f64)))
+        .map(|(r, m)| {
+            format!(
+                "{} ({} keys, {})",
+                r.name,
+                m.after_wait.keys,
+                bytes(m.after_wait.bytes as f64)
+            )
+        })
         .collect();
-    let clean: Vec<&str> = ok.iter().filter(|(_, m)| m.after_wait.keys <= 0).map(|(r, _)| r.name).collect();
+    let clean: Vec<&str> = ok
+        .iter()
+        .filter(|(_, m)| m.after_wait.keys <= 0)
+        .map(|(r, _)| r.name)
+        .collect();
     let _ = writeln!(
         t,
         "\nKeys still there {wait} s after the last release: {}. No key left: {}.",
-        if left.is_empty() { "none".to_owned() } else { left.join("; ") },
-        if clean.is_empty() { "none".to_owned() } else { clean.join(", ") },
+        if left.is_empty() {
+            "none".to_owned()
+        } else {
+            left.join("; ")
+        },
+        if clean.is_empty() {
+            "none".to_owned()
+        } else {
+            clean.join(", ")
+        },
     );
-    if let Some((_, m)) = ok.iter().find(|(r, _)| r.kind == Kind::Ferrisson).filter(|(_, m)| m.after_wait.keys > 0 && m.only_slot_counters) {
-        let (n, k, b) = (m.names as f64, m.after_wait.keys as f64, m.after_wait.bytes as f64);
+    if let Some((_, m)) = ok
+        .iter()
+        .find(|(r, _)| r.kind == Kind::Ferrisson)
+        .filter(|(_, m)| m.after_wait.keys > 0 && m.only_slot_counters)
+    {
+        let (n, k, b) = (
+            m.names as f64,
+            m.after_wait.keys as f64,
+            m.after_wait.bytes as f64,
+        );
         let slots = memory::SLOTS as f64;
         let expected = slots * (1.0 - (-n / slots).exp());
         let _ = writeln!(
@@ -1133,9 +1511,125 @@ fn render_memory(results: &[LibResult]) -> String {
     t
 }
 
+fn render_semaphore(sem: &[SemResult]) -> String {
+    use semaphore::{SEM_DURATION, SEM_HOLD, SEM_PERMITS, SEM_ROUNDS, SEM_TASKS};
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n### 7. Semaphore: {SEM_PERMITS} permits, {SEM_TASKS} tasks, each holding a permit {} ms, {} s per run ({SEM_ROUNDS} runs)\n",
+        SEM_HOLD.as_millis(),
+        SEM_DURATION.as_secs()
+    );
+    let _ = writeln!(
+        t,
+        "One semaphore of {SEM_PERMITS} permits on one client (one library instance); {SEM_TASKS} tasks on the \
+         shared 2-worker runtime each take one permit, hold it {} ms (a tokio sleep, so a little longer: see \
+         hold), give it back, and again, until {} s are over; an acquire still waiting then may finish and gives its \
+         permit straight back, uncounted. Each \
+         library's {SEM_ROUNDS} runs are interleaved with the other libraries', each on a flushed server with a \
+         freshly connected library and one warm-up cycle per task. Every holder goes through an in-process \
+         counter that must stay at or under {SEM_PERMITS}: one more holder at once panics the task and shows as \
+         FAILED; peak is the most holders seen at once (under {SEM_PERMITS}: the library never let the permits be \
+         used together); free after: the permits free once every task of a run has released, one per run, \
+         which must be {SEM_PERMITS} (less: the library lost permits). The hold is there so that the permits are busy and most tasks wait: the rate then \
+         measures how fast a released permit reaches a waiter (with no hold, the task that released mostly \
+         takes its permit straight back), and an overlap would have a whole hold to show.\n",
+        SEM_HOLD.as_millis(),
+        SEM_DURATION.as_secs()
+    );
+    let _ = writeln!(
+        t,
+        "cycles/s is the median run (range: slowest..fastest run); latencies, hold and per-cycle costs are \
+         that median run's; per task min..max is over every run. Ceiling: {SEM_PERMITS} ÷ mean hold, the rate \
+         if a released permit reached a waiter at no cost. Per cycle, over the whole run (failed attempts, \
+         polls, wake-ups and lease extensions included): socket reads Redis made (`total_reads_processed`; \
+         unlike workload 1, the {SEM_TASKS} tasks share a connection, so one read often brings several \
+         tasks' requests and reads are fewer than requests: use scripts and all cmds for the work done), \
+         script calls (EVALSHA/EVAL/FCALL), µs Redis spent in them, every command Redis ran (those inside \
+         scripts included), and CPU µs of this process and of redis-server.\n"
+    );
+    let fer = sem
+        .iter()
+        .find(|r| r.kind == Kind::Ferrisson)
+        .and_then(|r| r.sem.ok())
+        .map(|s| s.cycles_per_s);
+    let raw = sem
+        .iter()
+        .find(|r| r.kind == Kind::Raw)
+        .and_then(|r| r.sem.ok())
+        .map(|s| s.cycles_per_s);
+    let _ = writeln!(
+        t,
+        "| library | cycles/s | range | hold ms | vs ceiling | acquire p50 ms | acquire p99 ms | per task min..max | peak holders | free after | reads | scripts | script exec µs | all cmds | client µs | redis µs | vs ferrisson | vs raw |"
+    );
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for r in sem {
+        match (&r.sem, r.sem.cell()) {
+            (Outcome::Ok(s), _) => {
+                let stalled = match s.stalled {
+                    Some((n, at)) => format!(
+                        " (stalled in {n} of {} runs: no grant after {at:.1} s of {})",
+                        s.runs,
+                        SEM_DURATION.as_secs()
+                    ),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    t,
+                    "| {}{stalled} | {} | {}..{} | {} | {} | {} | {} | {}..{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.name,
+                    f0(s.cycles_per_s),
+                    f0(s.range.0),
+                    f0(s.range.1),
+                    f3(s.hold_ms_mean),
+                    ratio(s.cycles_per_s, Some(s.ceiling())),
+                    f3(s.acq_p50_ms),
+                    f3(s.acq_p99_ms),
+                    s.per_task_min,
+                    s.per_task_max,
+                    s.peak,
+                    s.free_after
+                        .iter()
+                        .map(|f| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    f2(s.reads_per_cycle),
+                    f2(s.scripts_per_cycle),
+                    f1(s.script_exec_us_per_cycle),
+                    f2(s.cmds_per_cycle),
+                    f0(s.client_us_per_cycle),
+                    f0(s.server_us_per_cycle),
+                    ratio(s.cycles_per_s, fer),
+                    ratio(s.cycles_per_s, raw),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
+    }
+    let _ = writeln!(t, "\nHow each semaphore is driven:\n");
+    for r in sem {
+        let _ = writeln!(t, "- **{}**: {}", r.name, r.config);
+    }
+    let _ = writeln!(
+        t,
+        "\nNot in this table, having no Redis-backed counting semaphore: {}.",
+        semaphore::NOT_INCLUDED
+    );
+    t
+}
+
 fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> String {
     let mut d = String::new();
-    let _ = writeln!(d, "# Benchmarks: ferrisson against other Redis lock crates\n");
+    let _ = writeln!(
+        d,
+        "# Benchmarks: ferrisson against other Redis lock crates\n"
+    );
     let _ = writeln!(
         d,
         "Generated by `benches/compare` (a separate Cargo project; do not edit this file by hand). To \
@@ -1237,8 +1731,18 @@ mod tests {
         }
     }
 
-    fn mem(keys: i64, with_ttl: i64, bytes: i64, only_slot_counters: bool, samples: &[&str]) -> Memory {
-        let left = Left { keys, with_ttl, bytes };
+    fn mem(
+        keys: i64,
+        with_ttl: i64,
+        bytes: i64,
+        only_slot_counters: bool,
+        samples: &[&str],
+    ) -> Memory {
+        let left = Left {
+            keys,
+            with_ttl,
+            bytes,
+        };
         Memory {
             names: 20_000,
             capped: false,
@@ -1262,14 +1766,23 @@ mod tests {
 
     #[test]
     fn projections() {
-        assert_eq!(mem_projection(&mem(0, 0, 4000, false, &[])), "0 (nothing left)");
+        assert_eq!(
+            mem_projection(&mem(0, 0, 4000, false, &[])),
+            "0 (nothing left)"
+        );
         assert_eq!(
             mem_projection(&mem(10_000, 0, 800_000, true, &[])),
             "≤ 1.31 MB (bounded: ≤ 16384 counters × 80 B)"
         );
-        assert_eq!(mem_projection(&mem(20_000, 0, 1_800_000, false, &[])), "900.00 MB (grows per name: 90.0 B × names)");
+        assert_eq!(
+            mem_projection(&mem(20_000, 0, 1_800_000, false, &[])),
+            "900.00 MB (grows per name: 90.0 B × names)"
+        );
         // Bytes without keys that are not noise still count per name.
-        assert_eq!(mem_projection(&mem(0, 0, 100_000, false, &[])), "50.00 MB (grows per name: 5.0 B × names)");
+        assert_eq!(
+            mem_projection(&mem(0, 0, 100_000, false, &[])),
+            "50.00 MB (grows per name: 5.0 B × names)"
+        );
     }
 
     /// The full run writes `document(render(..))`: the memory section must be in it, rows and notes.
@@ -1277,16 +1790,39 @@ mod tests {
     fn a_full_run_writes_the_memory_section() {
         let results = vec![
             result("raw", Kind::Raw, Outcome::Ok(mem(0, 0, 1088, false, &[]))),
-            result("ferrisson", Kind::Ferrisson, Outcome::Ok(mem(10_000, 0, 800_000, true, &["ferrisson_token:{1} (no TTL)"]))),
-            result("peer a", Kind::Peer, Outcome::Ok(mem(20_000, 0, 1_800_000, false, &["a:x|1 (no TTL)"]))),
+            result(
+                "ferrisson",
+                Kind::Ferrisson,
+                Outcome::Ok(mem(
+                    10_000,
+                    0,
+                    800_000,
+                    true,
+                    &["ferrisson_token:{1} (no TTL)"],
+                )),
+            ),
+            result(
+                "peer a",
+                Kind::Peer,
+                Outcome::Ok(mem(20_000, 0, 1_800_000, false, &["a:x|1 (no TTL)"])),
+            ),
             result("peer b", Kind::Peer, Outcome::Failed("boom".into())),
         ];
         let skipped = || Err(anyhow::anyhow!("skipped"));
-        let limits = Limits { c1: skipped(), c50: skipped(), c50p16: skipped() };
-        let (tables, targets) = render(&results, &limits);
+        let limits = Limits {
+            c1: skipped(),
+            c50: skipped(),
+            c50p16: skipped(),
+        };
+        let (tables, targets) = render(&results, &[], &limits);
         let doc = document(&tables, &targets, &results, &env());
-        let section = doc.find("### 6. Memory: what 20000 distinct names").expect("memory section");
-        assert!(section < doc.find("### Targets").unwrap(), "the section comes with the other tables");
+        let section = doc
+            .find("### 6. Memory: what 20000 distinct names")
+            .expect("memory section");
+        assert!(
+            section < doc.find("### Targets").unwrap(),
+            "the section comes with the other tables"
+        );
         for line in [
             "| raw | 20000 | 0 (0) | 1088 | 0 (0) | 1088 | 0.1 | 0 (nothing left) | none |",
             "| ferrisson | 20000 | 10000 (0) | 800000 | 10000 (0) | 800000 | 40.0 | ≤ 1.31 MB (bounded: ≤ 16384 counters × 80 B) | `ferrisson_token:{1} (no TTL)` |",
@@ -1294,18 +1830,96 @@ mod tests {
             "| peer b | FAILED: boom | | | | | | | |",
             "Keys still there 6 s after the last release: ferrisson (10000 keys, 800.0 kB); peer a (20000 keys, 1.80 MB). No key left: raw.",
         ] {
-            assert!(doc.lines().any(|l| l == line), "missing line {line:?} in\n{doc}");
+            assert!(
+                doc.lines().any(|l| l == line),
+                "missing line {line:?} in\n{doc}"
+            );
         }
         assert!(doc.contains("20000 names hit 10000 slots"), "{doc}");
         assert!(doc.contains("it stays at most 16384 counters ≈ 1.31 MB (0.13 B per name), where a leftover of 40.0 B per name would be 400.00 MB"), "{doc}");
     }
 
+    /// The full run writes section 7 with the other tables, before the targets, a row per
+    /// semaphore library (a FAILED one included) and the notes on who is driven how.
+    #[test]
+    fn a_full_run_writes_the_semaphore_section() {
+        let s = |rate: f64, free: i64| semaphore::Semaphore {
+            runs: 3,
+            cycles_per_s: rate,
+            range: (rate - 10.0, rate + 10.0),
+            acq_p50_ms: 0.5,
+            acq_p99_ms: 5.0,
+            per_task_min: 90,
+            per_task_max: 110,
+            hold_ms_mean: 2.0,
+            peak: 4,
+            reads_per_cycle: 1.5,
+            scripts_per_cycle: 2.0,
+            script_exec_us_per_cycle: 10.0,
+            cmds_per_cycle: 6.0,
+            client_us_per_cycle: 50.0,
+            server_us_per_cycle: 40.0,
+            stalled: None,
+            free_after: vec![free, free, free],
+        };
+        let row = |name, kind, sem| SemResult {
+            name,
+            kind,
+            config: format!("{name} config"),
+            sem,
+        };
+        let sem = vec![
+            row("raw", Kind::Raw, Outcome::Ok(s(1000.0, 4))),
+            row("ferrisson", Kind::Ferrisson, Outcome::Ok(s(1500.0, 4))),
+            row("peer", Kind::Peer, Outcome::Ok(s(500.0, 3))),
+            row(
+                "bad",
+                Kind::Peer,
+                Outcome::Failed("SEMAPHORE LIMIT VIOLATED (bad): 4 other holders".into()),
+            ),
+        ];
+        let skipped = || Err(anyhow::anyhow!("skipped"));
+        let limits = Limits {
+            c1: skipped(),
+            c50: skipped(),
+            c50p16: skipped(),
+        };
+        let (tables, targets) = render(&[], &sem, &limits);
+        let doc = document(&tables, &targets, &[], &env());
+        let section = doc
+            .find("### 7. Semaphore: 4 permits, 16 tasks")
+            .expect("semaphore section");
+        assert!(
+            section < doc.find("### Targets").unwrap(),
+            "the section comes with the other tables"
+        );
+        for line in [
+            "| ferrisson | 1500 | 1490..1510 | 2.000 | 0.75× | 0.500 | 5.000 | 90..110 | 4 | 4, 4, 4 | 1.50 | 2.00 | 10.0 | 6.00 | 50 | 40 | 1.00× | 1.50× |",
+            "| peer | 500 | 490..510 | 2.000 | 0.25× | 0.500 | 5.000 | 90..110 | 4 | 3, 3, 3 | 1.50 | 2.00 | 10.0 | 6.00 | 50 | 40 | 0.33× | 0.50× |",
+            "| bad | FAILED: SEMAPHORE LIMIT VIOLATED (bad): 4 other holders | | | | | | | | | | | | | | | | |",
+            "- **peer**: peer config",
+        ] {
+            assert!(
+                doc.lines().any(|l| l == line),
+                "missing line {line:?} in\n{doc}"
+            );
+        }
+        assert!(sem[3].sem.violated());
+    }
+
     /// The bound is claimed only for a leftover made of per-slot counters alone.
     #[test]
     fn no_bound_for_other_keys() {
-        let results = vec![result("ferrisson", Kind::Ferrisson, Outcome::Ok(mem(10_000, 0, 800_000, false, &[])))];
+        let results = vec![result(
+            "ferrisson",
+            Kind::Ferrisson,
+            Outcome::Ok(mem(10_000, 0, 800_000, false, &[])),
+        )];
         let t = render_memory(&results);
         assert!(!t.contains("at most 16384 counters"), "{t}");
-        assert!(t.contains("| 400.00 MB (grows per name: 40.0 B × names) |"), "{t}");
+        assert!(
+            t.contains("| 400.00 MB (grows per name: 40.0 B × names) |"),
+            "{t}"
+        );
     }
 }

@@ -46,7 +46,11 @@ pub struct Left {
 impl std::ops::Sub for Left {
     type Output = Left;
     fn sub(self, o: Left) -> Left {
-        Left { keys: self.keys - o.keys, with_ttl: self.with_ttl - o.with_ttl, bytes: self.bytes - o.bytes }
+        Left {
+            keys: self.keys - o.keys,
+            with_ttl: self.with_ttl - o.with_ttl,
+            bytes: self.bytes - o.bytes,
+        }
     }
 }
 
@@ -71,7 +75,11 @@ impl Memory {
 
 /// Keys, keys with a TTL (INFO keyspace, db0) and `used_memory` (INFO memory), now.
 pub async fn now(admin: &mut redis::aio::MultiplexedConnection) -> Result<Left> {
-    let info: String = redis::cmd("INFO").arg("memory").arg("keyspace").query_async(admin).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .arg("keyspace")
+        .query_async(admin)
+        .await?;
     Ok(parse_info(&info))
 }
 
@@ -96,7 +104,9 @@ pub fn parse_info(info: &str) -> Left {
 
 /// The part of a key name before its first `:`, `{` or digit: keys with one shape share it.
 fn prefix(key: &str) -> &str {
-    let end = key.find(|c: char| c == ':' || c == '{' || c.is_ascii_digit()).unwrap_or(key.len());
+    let end = key
+        .find(|c: char| c == ':' || c == '{' || c.is_ascii_digit())
+        .unwrap_or(key.len());
     &key[..end]
 }
 
@@ -105,7 +115,12 @@ async fn sample_keys(admin: &mut redis::aio::MultiplexedConnection) -> Result<Ve
     let mut picked: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN").arg(cursor).arg("COUNT").arg(1000).query_async(admin).await?;
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(admin)
+            .await?;
         for k in keys {
             if picked.len() < SAMPLES && !picked.iter().any(|p| prefix(p) == prefix(&k)) {
                 picked.push(k);
@@ -119,7 +134,11 @@ async fn sample_keys(admin: &mut redis::aio::MultiplexedConnection) -> Result<Ve
     let mut out = Vec::new();
     for k in picked {
         let ttl: i64 = redis::cmd("PTTL").arg(&k).query_async(admin).await?;
-        out.push(if ttl >= 0 { format!("{k} (TTL {:.1} s)", ttl as f64 / 1000.0) } else { format!("{k} (no TTL)") });
+        out.push(if ttl >= 0 {
+            format!("{k} (TTL {:.1} s)", ttl as f64 / 1000.0)
+        } else {
+            format!("{k} (no TTL)")
+        });
     }
     Ok(out)
 }
@@ -129,8 +148,16 @@ async fn other_than_slot_counters(admin: &mut redis::aio::MultiplexedConnection)
     let mut n = 0;
     let mut cursor: u64 = 0;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN").arg(cursor).arg("COUNT").arg(1000).query_async(admin).await?;
-        n += keys.iter().filter(|k| !k.starts_with(SLOT_COUNTER_PREFIX)).count();
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(admin)
+            .await?;
+        n += keys
+            .iter()
+            .filter(|k| !k.starts_with(SLOT_COUNTER_PREFIX))
+            .count();
         cursor = next;
         if cursor == 0 {
             return Ok(n);
@@ -140,7 +167,13 @@ async fn other_than_slot_counters(admin: &mut redis::aio::MultiplexedConnection)
 
 /// `tasks` tasks lock and release names `first..first + count` once each, stopping at `cap`.
 /// Returns how many names were locked and released, and whether the cap stopped it.
-async fn cycle_names<L: Lib>(lib: &Arc<L>, tasks: usize, first: usize, count: usize, cap: Duration) -> Result<(usize, bool)> {
+async fn cycle_names<L: Lib>(
+    lib: &Arc<L>,
+    tasks: usize,
+    first: usize,
+    count: usize,
+    cap: Duration,
+) -> Result<(usize, bool)> {
     let next = Arc::new(AtomicUsize::new(first));
     let done = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -186,13 +219,24 @@ async fn cycle_names<L: Lib>(lib: &Arc<L>, tasks: usize, first: usize, count: us
 /// place before the baseline), MEM_SETTLE idle, measure, lock and release MEM_NAMES new names, measure right
 /// after and MEM_WAIT later. The library stays connected until the end, so its connections
 /// weigh the same in every measurement.
-pub async fn measure<L: Lib>(url: String, mut admin: redis::aio::MultiplexedConnection) -> Result<Memory> {
+pub async fn measure<L: Lib>(
+    url: String,
+    mut admin: redis::aio::MultiplexedConnection,
+) -> Result<Memory> {
     let lib = Arc::new(L::connect(&url).await?);
     cycle_names(&lib, MEM_TASKS, MEM_NAMES, MEM_TASKS, MEM_CAP).await?;
     // Redis 7 allocates a command's latency histogram (about 25 kB) on its first call: SCAN and
     // PTTL, which the measurement sends, run once before the baseline.
-    let _: (u64, Vec<String>) = redis::cmd("SCAN").arg(0).arg("COUNT").arg(1).query_async(&mut admin).await?;
-    let _: i64 = redis::cmd("PTTL").arg(name(MEM_NAMES)).query_async(&mut admin).await?;
+    let _: (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("COUNT")
+        .arg(1)
+        .query_async(&mut admin)
+        .await?;
+    let _: i64 = redis::cmd("PTTL")
+        .arg(name(MEM_NAMES))
+        .query_async(&mut admin)
+        .await?;
     tokio::time::sleep(MEM_SETTLE).await;
     let before = now(&mut admin).await?;
     let start = Instant::now();
@@ -226,9 +270,23 @@ mod tests {
     #[test]
     fn info_is_read() {
         let info = "# Memory\r\nused_memory:1234567\r\nused_memory_human:1.18M\r\n\r\n# Keyspace\r\ndb0:keys=42,expires=7,avg_ttl=1000\r\n";
-        assert_eq!(parse_info(info), Left { keys: 42, with_ttl: 7, bytes: 1_234_567 });
+        assert_eq!(
+            parse_info(info),
+            Left {
+                keys: 42,
+                with_ttl: 7,
+                bytes: 1_234_567
+            }
+        );
         // An empty database has no db0 line.
-        assert_eq!(parse_info("used_memory:10\r\n# Keyspace\r\n"), Left { keys: 0, with_ttl: 0, bytes: 10 });
+        assert_eq!(
+            parse_info("used_memory:10\r\n# Keyspace\r\n"),
+            Left {
+                keys: 0,
+                with_ttl: 0,
+                bytes: 10
+            }
+        );
     }
 
     #[test]

@@ -35,10 +35,10 @@ impl RedisServer {
                 s.set_read_timeout(Some(Duration::from_secs(1)))?;
                 if s.write_all(b"PING\r\n").is_ok() {
                     let mut buf = [0u8; 16];
-                    if let Ok(n) = s.read(&mut buf) {
-                        if buf[..n].starts_with(b"+PONG") {
-                            return Ok(server);
-                        }
+                    if let Ok(n) = s.read(&mut buf)
+                        && buf[..n].starts_with(b"+PONG")
+                    {
+                        return Ok(server);
                     }
                 }
             }
@@ -85,17 +85,29 @@ pub fn set_server_pid(pid: u32) {
 
 /// CPU time (ms) of this process and of redis-server, now.
 pub fn cpu_now() -> (f64, f64) {
-    (cpu_ms("self"), SERVER_PID.get().map_or(f64::NAN, |p| cpu_ms(&p.to_string())))
+    (
+        cpu_ms("self"),
+        SERVER_PID
+            .get()
+            .map_or(f64::NAN, |p| cpu_ms(&p.to_string())),
+    )
 }
 
 pub async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> Result<CmdStats> {
-    let info: String = redis::cmd("INFO").arg("stats").arg("commandstats").query_async(conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
     let mut s = CmdStats::default();
     for line in info.lines() {
         if let Some(r) = line.strip_prefix("total_reads_processed:") {
             s.reads = r.trim().parse().unwrap_or(0);
         }
-        let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
             continue;
         };
         let calls: u64 = rest
@@ -147,10 +159,21 @@ pub fn cpu_ms(pid: &str) -> f64 {
 }
 
 /// Runs redis-benchmark against the server and returns (requests/s, p50 ms).
-pub fn redis_benchmark(port: u16, clients: u32, requests: u32, args: &[&str]) -> Result<(f64, f64)> {
+pub fn redis_benchmark(
+    port: u16,
+    clients: u32,
+    requests: u32,
+    args: &[&str],
+) -> Result<(f64, f64)> {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-c", &clients.to_string(), "-n", &requests.to_string(), "--csv"])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-n",
+            &requests.to_string(),
+            "--csv",
+        ])
         .args(args)
         .output()
         .context("running redis-benchmark")?;
@@ -170,7 +193,10 @@ pub fn redis_benchmark(port: u16, clients: u32, requests: u32, args: &[&str]) ->
         .map(|s| s.trim_matches('"').to_owned())
         .collect();
     let col = |name: &str| -> Result<f64> {
-        let i = header.iter().position(|h| h == name).with_context(|| format!("no {name} column in {header:?}"))?;
+        let i = header
+            .iter()
+            .position(|h| h == name)
+            .with_context(|| format!("no {name} column in {header:?}"))?;
         row.get(i)
             .and_then(|v| v.parse().ok())
             .with_context(|| format!("bad {name} in {row:?}"))

@@ -37,7 +37,12 @@ fn key(i: usize) -> String {
 }
 
 pub async fn hold_ferrisson(url: &str) -> Result<Hold> {
-    let client = ferrisson::Client::builder().url(url).watchdog_timeout(WD_LEASE).build().await.map_err(e)?;
+    let client = ferrisson::Client::builder()
+        .url(url)
+        .watchdog_timeout(WD_LEASE)
+        .build()
+        .await
+        .map_err(e)?;
     let guards: Vec<ferrisson::LockGuard> = futures::stream::iter(0..WD_LOCKS)
         .map(|i| {
             let lock = client.get_lock(&key(i));
@@ -60,7 +65,11 @@ pub async fn hold_rlock(url: &str) -> Result<Hold> {
     let guards: Vec<_> = futures::stream::iter(0..WD_LOCKS)
         .map(|i| {
             let (mgr, opts) = (mgr.clone(), opts.clone());
-            async move { mgr.acquire_mutex_with_options(key(i), opts).await.map_err(e) }
+            async move {
+                mgr.acquire_mutex_with_options(key(i), opts)
+                    .await
+                    .map_err(e)
+            }
         })
         .buffer_unordered(ACQUIRE_CONCURRENCY)
         .try_collect()
@@ -69,9 +78,15 @@ pub async fn hold_rlock(url: &str) -> Result<Hold> {
 }
 
 pub async fn hold_async_redis_lock(url: &str) -> Result<Hold> {
-    let locker = async_redis_lock::Locker::from_redis_url(url).await.map_err(e)?;
+    let locker = async_redis_lock::Locker::from_redis_url(url)
+        .await
+        .map_err(e)?;
     // The defaults already are a 3 s TTL extended every 1 s.
-    let opts = async_redis_lock::Options::new().ttl(WD_LEASE).extend(WD_INTERVAL).retry(RETRY).timeout(None);
+    let opts = async_redis_lock::Options::new()
+        .ttl(WD_LEASE)
+        .extend(WD_INTERVAL)
+        .retry(RETRY)
+        .timeout(None);
     let guards: Vec<_> = futures::stream::iter(0..WD_LOCKS)
         .map(|i| {
             let (locker, opts) = (locker.clone(), opts.clone());
@@ -92,7 +107,11 @@ pub async fn hold_distkit(url: &str) -> Result<Hold> {
             async move {
                 let k = distkit::DistkitRedisKey::try_from(key(i)).map_err(e)?;
                 // distkit renews every ttl/3, so a 3 s TTL renews every 1 s.
-                let m = distkit::lock::Mutex::new(distkit::lock::LockOptions::builder(k, conn).ttl(WD_LEASE).build());
+                let m = distkit::lock::Mutex::new(
+                    distkit::lock::LockOptions::builder(k, conn)
+                        .ttl(WD_LEASE)
+                        .build(),
+                );
                 let g = m.lock().await.map_err(e)?;
                 Ok::<_, anyhow::Error>((m, g))
             }
@@ -131,10 +150,15 @@ pub async fn hold_rslock(url: &str) -> Result<Hold> {
     while held.load(Ordering::SeqCst) < WD_LOCKS {
         if let Some(h) = handles.iter().find(|h| h.is_finished()) {
             let _ = h;
-            return Err(anyhow!("an rslock `using` call ended before the hold was released"));
+            return Err(anyhow!(
+                "an rslock `using` call ended before the hold was released"
+            ));
         }
         if Instant::now() > deadline {
-            return Err(anyhow!("rslock: only {} of {WD_LOCKS} locks held after 60 s", held.load(Ordering::SeqCst)));
+            return Err(anyhow!(
+                "rslock: only {} of {WD_LOCKS} locks held after 60 s",
+                held.load(Ordering::SeqCst)
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -13,20 +13,51 @@ use tokio::task::JoinHandle;
 use crate::libs::{Lib, Owner};
 use crate::server::{CmdStats, commandstats, cpu_now};
 
-pub struct Inside(AtomicUsize);
+/// Holders inside a critical section right now; entering past `limit` (1 for a lock, the
+/// permits for a semaphore) panics the task.
+pub struct Inside {
+    now: AtomicUsize,
+    limit: usize,
+    /// The most holders seen inside at once.
+    peak: AtomicUsize,
+}
+
+/// What an overlap's panic says for a semaphore (a lock's says MUTUAL EXCLUSION VIOLATED).
+pub const SEMAPHORE_VIOLATED: &str = "SEMAPHORE LIMIT VIOLATED";
 
 impl Inside {
+    /// For a lock: one holder at a time.
     pub fn new() -> Arc<Inside> {
-        Arc::new(Inside(AtomicUsize::new(0)))
+        Inside::with_limit(1)
+    }
+    /// For a semaphore of `limit` permits taken one at a time: at most `limit` holders at once.
+    pub fn with_limit(limit: usize) -> Arc<Inside> {
+        Arc::new(Inside {
+            now: AtomicUsize::new(0),
+            limit,
+            peak: AtomicUsize::new(0),
+        })
     }
     pub fn enter(&self, who: &str) {
-        let before = self.0.fetch_add(1, Ordering::SeqCst);
-        if before != 0 {
-            panic!("MUTUAL EXCLUSION VIOLATED ({who}): {before} other holder(s) inside the critical section");
+        let before = self.now.fetch_add(1, Ordering::SeqCst);
+        self.peak.fetch_max(before + 1, Ordering::SeqCst);
+        if before >= self.limit {
+            if self.limit == 1 {
+                panic!(
+                    "MUTUAL EXCLUSION VIOLATED ({who}): {before} other holder(s) inside the critical section"
+                );
+            }
+            panic!(
+                "{SEMAPHORE_VIOLATED} ({who}): {before} other holders inside a section of {} permits",
+                self.limit
+            );
         }
     }
     pub fn exit(&self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
     }
 }
 
@@ -137,8 +168,14 @@ pub fn aggregate(runs: &[SeqRun]) -> Sequential {
 }
 
 /// On the shared multi-thread runtime (a tokio task, or a blocking thread for sync libraries).
-pub async fn sequential<L: Lib>(lib: Arc<L>, admin: redis::aio::MultiplexedConnection) -> Result<Sequential> {
-    let run = join(spawn_task::<L, _, _>(sequential_run(lib, admin, SEQ_CYCLES))).await?;
+pub async fn sequential<L: Lib>(
+    lib: Arc<L>,
+    admin: redis::aio::MultiplexedConnection,
+) -> Result<Sequential> {
+    let run = join(spawn_task::<L, _, _>(sequential_run(
+        lib, admin, SEQ_CYCLES,
+    )))
+    .await?;
     Ok(aggregate(&[run]))
 }
 
@@ -147,7 +184,9 @@ pub async fn sequential<L: Lib>(lib: Arc<L>, admin: redis::aio::MultiplexedConne
 pub async fn sequential_current_thread<L: Lib>(url: String, cycles: usize) -> Result<SeqRun> {
     on_own_thread(move || async move {
         let lib = Arc::new(L::connect(&url).await?);
-        let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        let admin = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
         sequential_run(lib, admin, cycles).await
     })
     .await
@@ -161,7 +200,9 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let h = std::thread::spawn(move || -> Result<T> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(work())
     });
     tokio::task::spawn_blocking(move || {
@@ -177,7 +218,11 @@ where
     .await?
 }
 
-async fn sequential_run<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection, cycles: usize) -> Result<SeqRun> {
+async fn sequential_run<L: Lib>(
+    lib: Arc<L>,
+    mut admin: redis::aio::MultiplexedConnection,
+    cycles: usize,
+) -> Result<SeqRun> {
     let inside = Inside::new();
     let mut o = lib.owner("bench_seq").await?;
     for _ in 0..SEQ_WARMUP {
@@ -206,7 +251,15 @@ async fn sequential_run<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = cpu_now();
     let after = commandstats(&mut admin).await?;
-    Ok(SeqRun { lat, secs, before, after, cpu0, cpu1, capped })
+    Ok(SeqRun {
+        lat,
+        secs,
+        before,
+        after,
+        cpu0,
+        cpu1,
+        capped,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,7 +288,10 @@ pub const CONT_ROUNDS: usize = 9;
 pub const CONT_TOTAL: i64 = 2000;
 pub const CONT_CAP: Duration = Duration::from_secs(15);
 
-pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection) -> Result<Contention> {
+pub async fn contention<L: Lib>(
+    lib: Arc<L>,
+    mut admin: redis::aio::MultiplexedConnection,
+) -> Result<Contention> {
     let s0 = commandstats(&mut admin).await?;
     let cpu0 = cpu_now();
     let inside = Inside::new();
@@ -245,8 +301,14 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
     let last = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let mut handles = Vec::new();
     for _ in 0..CONT_TASKS {
-        let (lib, inside, remaining, barrier, start, last) =
-            (lib.clone(), inside.clone(), remaining.clone(), barrier.clone(), start.clone(), last.clone());
+        let (lib, inside, remaining, barrier, start, last) = (
+            lib.clone(),
+            inside.clone(),
+            remaining.clone(),
+            barrier.clone(),
+            start.clone(),
+            last.clone(),
+        );
         handles.push(spawn_task::<L, _, _>(async move {
             let mut o = lib.owner("bench_contend").await?;
             barrier.wait().await;
@@ -311,7 +373,10 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
         server_us_per_acq: per((cpu1.1 - cpu0.1) * 1000.0),
         acquisitions: n,
         ops_per_s: n as f64 / (end - start).as_secs_f64(),
-        ops_range: (n as f64 / (end - start).as_secs_f64(), n as f64 / (end - start).as_secs_f64()),
+        ops_range: (
+            n as f64 / (end - start).as_secs_f64(),
+            n as f64 / (end - start).as_secs_f64(),
+        ),
         runs: 1,
         acq_p50_ms: pct(&all, 50.0),
         acq_p99_ms: pct(&all, 99.0),
@@ -326,7 +391,9 @@ pub async fn contention<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedC
 pub async fn contention_current_thread<L: Lib>(url: String) -> Result<Contention> {
     on_own_thread(move || async move {
         let lib = Arc::new(L::connect(&url).await?);
-        let admin = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        let admin = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
         contention(lib, admin).await
     })
     .await
@@ -341,7 +408,10 @@ pub fn aggregate_contention(mut runs: Vec<Contention>) -> Option<Contention> {
     runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
     let range = (runs[0].ops_per_s, runs[runs.len() - 1].ops_per_s);
     let count = runs.len();
-    let per_task: Vec<usize> = runs.iter().flat_map(|r| r.per_task.iter().copied()).collect();
+    let per_task: Vec<usize> = runs
+        .iter()
+        .flat_map(|r| r.per_task.iter().copied())
+        .collect();
     let capped = runs.iter().any(|r| r.capped);
     let mut median = runs.swap_remove(count / 2);
     median.ops_range = range;
@@ -404,7 +474,11 @@ pub async fn handoff<L: Lib>(lib_a: Arc<L>, lib_b: Arc<L>) -> Result<Handoff> {
             b = Some(bo);
             if round > 0 {
                 from_start.push(ms(got - rs));
-                from_ret.push(if got >= re { ms(got - re) } else { -ms(re - got) });
+                from_ret.push(if got >= re {
+                    ms(got - re)
+                } else {
+                    -ms(re - got)
+                });
             }
         }
         from_start.sort_by(|x, y| x.total_cmp(y));
@@ -438,7 +512,10 @@ pub struct ManyKeys {
 pub const MANY_TASKS: usize = 64;
 pub const MANY_DURATION: Duration = Duration::from_secs(3);
 
-pub async fn many_keys<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedConnection) -> Result<ManyKeys> {
+pub async fn many_keys<L: Lib>(
+    lib: Arc<L>,
+    mut admin: redis::aio::MultiplexedConnection,
+) -> Result<ManyKeys> {
     let barrier = Arc::new(tokio::sync::Barrier::new(MANY_TASKS));
     let start = Arc::new(std::sync::OnceLock::<Instant>::new());
     let cpu0 = Arc::new(std::sync::OnceLock::<(f64, f64)>::new());
@@ -446,8 +523,14 @@ pub async fn many_keys<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedCo
     let stats0 = Arc::new(tokio::sync::OnceCell::<CmdStats>::new());
     let mut handles = Vec::new();
     for i in 0..MANY_TASKS {
-        let (lib, barrier, start, cpu0, stats0, admin) =
-            (lib.clone(), barrier.clone(), start.clone(), cpu0.clone(), stats0.clone(), admin.clone());
+        let (lib, barrier, start, cpu0, stats0, admin) = (
+            lib.clone(),
+            barrier.clone(),
+            start.clone(),
+            cpu0.clone(),
+            stats0.clone(),
+            admin.clone(),
+        );
         handles.push(spawn_task::<L, _, _>(async move {
             let inside = Inside::new(); // one key per task, so one counter per key
             let mut o = lib.owner(&format!("bench_many_{i}")).await?;
@@ -495,7 +578,9 @@ pub async fn many_keys<L: Lib>(lib: Arc<L>, mut admin: redis::aio::MultiplexedCo
     }
     let start = *start.get().unwrap();
     let cpu0 = *cpu0.get().unwrap();
-    let stats0 = *stats0.get().ok_or_else(|| anyhow!("no commandstats before the run"))?;
+    let stats0 = *stats0
+        .get()
+        .ok_or_else(|| anyhow!("no commandstats before the run"))?;
     let script_us = (stats1.script_usec - stats0.script_usec) as f64;
     let total: usize = counts.iter().sum();
     let wall_ms = (end.unwrap() - start).as_secs_f64() * 1000.0;
@@ -524,6 +609,18 @@ mod tests {
         assert!(r.is_err());
     }
 
+    #[test]
+    fn a_semaphore_section_lets_in_its_permits_and_no_more() {
+        let inside = Inside::with_limit(4);
+        for _ in 0..4 {
+            inside.enter("test");
+        }
+        assert_eq!(inside.peak(), 4);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inside.enter("test")));
+        let msg = *r.unwrap_err().downcast::<String>().unwrap();
+        assert!(msg.contains(SEMAPHORE_VIOLATED), "{msg}");
+    }
+
     #[tokio::test]
     async fn an_overlap_in_a_task_becomes_a_loud_error() {
         let inside = Inside::new();
@@ -535,7 +632,10 @@ mod tests {
         }))
         .await
         .unwrap_err();
-        assert!(err.to_string().contains("MUTUAL EXCLUSION VIOLATED"), "{err}");
+        assert!(
+            err.to_string().contains("MUTUAL EXCLUSION VIOLATED"),
+            "{err}"
+        );
     }
 
     #[test]
