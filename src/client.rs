@@ -58,6 +58,8 @@ pub(crate) struct ClientInner {
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
+    /// What spans and metrics say of this client's objects.
+    pub(crate) observe: crate::observe::Context,
     /// Dropped with the client: tells the watchdog task to stop.
     _shutdown: watch::Sender<()>,
     /// Runs the background work; dropped last, after everything that may still use it.
@@ -302,6 +304,16 @@ impl Client {
             )
         })?;
         let (shutdown, shutdown_rx) = watch::channel(());
+        // Spans name the server: the one URL, a cluster's first seed, or the first sentinel.
+        let shown = match &config.topology {
+            crate::config::Topology::Single(url) => url.as_str(),
+            crate::config::Topology::Cluster(seeds) => seeds[0].as_str(),
+            crate::config::Topology::Sentinel { sentinels, .. } => sentinels[0].as_str(),
+        };
+        let info = shown
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("cannot use `{shown}`: {e}")))?;
+        let observe = crate::observe::Context::new(&info, &config);
         let hub = Hub::start(
             target.clone(),
             sharded,
@@ -332,6 +344,7 @@ impl Client {
                 hub,
                 local_waiters: Arc::default(),
                 watchdog,
+                observe,
                 _shutdown: shutdown,
                 thread,
             }),

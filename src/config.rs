@@ -21,6 +21,9 @@ pub(crate) struct Config {
     pub(crate) fair_queue: FairQueue,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
+    /// Metrics carry a `lock` label with the object's name.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_lock_names: bool,
 }
 
 /// Which servers a client talks to.
@@ -137,6 +140,8 @@ pub struct ClientBuilder {
     fair_thread_wait: Duration,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
+    #[cfg(feature = "metrics")]
+    metrics_lock_names: bool,
 }
 
 impl Default for ClientBuilder {
@@ -153,6 +158,8 @@ impl Default for ClientBuilder {
             fair_thread_wait: Duration::from_secs(300),
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "metrics")]
+            metrics_lock_names: false,
         }
     }
 }
@@ -331,6 +338,32 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether the metrics of every lock, semaphore and latch carry a `lock` label with its
+    /// name (feature `metrics`).
+    ///
+    /// **Cardinality:** each distinct name becomes a time series of every metric in the
+    /// recorder (and in Prometheus) for as long as the process runs. Turn it on only when the
+    /// names are few and fixed (`"billing"`, `"nightly-report"`), never for names built from ids
+    /// (`"order:{id}"`), which grow without bound.
+    ///
+    /// Default is false: metrics are labelled by kind (and outcome) only.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .metrics_lock_names(true) // a handful of fixed lock names here
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
+        self
+    }
+
     /// Checks the settings, connects and loads the scripts.
     ///
     /// # Errors
@@ -448,6 +481,8 @@ impl ClientBuilder {
             },
             #[cfg(feature = "tls")]
             tls: self.tls,
+            #[cfg(feature = "metrics")]
+            metrics_lock_names: self.metrics_lock_names,
         })
     }
 }

@@ -62,6 +62,11 @@ impl Lease {
         self.token
     }
 
+    /// When the grant of this lease was sent.
+    pub(crate) fn granted_at(&self) -> Instant {
+        self.base
+    }
+
     pub(crate) fn lease_ms(&self) -> u64 {
         self.lease_ms.load(Ordering::Relaxed)
     }

@@ -10,6 +10,7 @@ mod lease;
 mod link;
 mod lock;
 mod names;
+mod observe;
 mod owner;
 mod pubsub;
 mod revoke;

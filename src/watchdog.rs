@@ -116,6 +116,7 @@ impl RenewTarget {
 pub(crate) struct Renewal {
     pub(crate) target: RenewTarget,
     pub(crate) lease: Arc<Lease>,
+    pub(crate) labels: crate::observe::Labels,
 }
 
 #[derive(Debug)]
@@ -264,6 +265,9 @@ async fn run(
         let results = futures::future::join_all(calls).await;
         let mut registry = shared.registry();
         for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
+            if let Err(e) = &result {
+                crate::observe::renewals_failed(chunk.len(), e)
+            }
             for (i, (id, renewal)) in chunk.iter().enumerate() {
                 let Some(entry) = registry.entries.get_mut(id) else {
                     // Deregistered while the renewal was on its way.
@@ -282,16 +286,25 @@ async fn run(
                         }
                     }
                     Ok(_) => {
-                        tracing::warn!(lock = %renewal.target.key(), "lease lost: the lock is no longer ours");
+                        crate::observe::lease_lost(
+                            &renewal.labels,
+                            renewal.target.key(),
+                            crate::observe::Lost::NotHeld,
+                            None,
+                        );
                         renewal.lease.mark_lost();
                         registry.entries.remove(id);
                     }
                     Err(e) if renewal.lease.is_lost() => {
-                        tracing::warn!(lock = %renewal.target.key(), error = %e, "lease lost: renewals failed until its deadline");
+                        crate::observe::lease_lost(
+                            &renewal.labels,
+                            renewal.target.key(),
+                            crate::observe::Lost::Expired,
+                            Some(e),
+                        );
                         registry.entries.remove(id);
                     }
-                    Err(e) => {
-                        tracing::debug!(lock = %renewal.target.key(), error = %e, "renewal failed; retrying");
+                    Err(_) => {
                         entry.next_due = Instant::now() + retry;
                     }
                 }

@@ -55,6 +55,10 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn name(&self) -> &Arc<str>;
     /// Which kind of lock (part of the order in which MultiLock acquires).
     fn kind(&self) -> &'static str;
+    /// The kind as spans and metrics name it (`fenced` and `mutex` are `lock`s to MultiLock).
+    fn label(&self) -> &'static str {
+        self.kind()
+    }
     /// The channel `owner` waits on.
     fn channel(&self, owner: &str) -> String;
     /// Where the owner's holds live, for the watchdog.
@@ -243,11 +247,12 @@ impl Holder {
         self.ops.name()
     }
 
-    /// Acquires, waiting at most `wait` (`None`: for ever).
-    pub(crate) async fn acquire(
+    /// Acquires, waiting at most `wait` (`None`: for ever); `observed` counts the attempts.
+    pub(crate) async fn acquire_observed(
         self: &Arc<Self>,
         mode: LeaseMode,
         wait: Option<Duration>,
+        observed: &crate::observe::Acquire,
     ) -> Result<Option<LockGuard>> {
         let _acquiring = Acquiring::new(self);
         self.retire_if_tainted().await;
@@ -280,7 +285,7 @@ impl Holder {
             &channel,
             wait,
             max_nap,
-            |ask_server| self.attempt(mode, waiting, ask_server),
+            |ask_server| observed.attempt(self.attempt(mode, waiting, ask_server)),
             register,
             handed,
         )
@@ -495,11 +500,13 @@ impl Holder {
         let renewed = matches!(mode, LeaseMode::Watchdog);
         let mut guards = lease.guards();
         guards.live += 1;
+        crate::observe::lock_hold_began(&self.labels(), guards.live);
         if renewed {
             guards.renewed += 1;
             if guards.renewal.is_none() {
                 guards.renewal = Some(self.inner().watchdog.register(Renewal {
                     target: self.ops.renewal(&self.owner()),
+                    labels: self.labels(),
                     lease: lease.clone(),
                 }));
             }
@@ -514,6 +521,7 @@ impl Holder {
         {
             let mut guards = lease.guards();
             guards.live = guards.live.saturating_sub(1);
+            crate::observe::lock_hold_ended(&self.labels(), guards.live, lease.granted_at());
         }
         if renewed {
             self.renewing_guard_gone(lease);

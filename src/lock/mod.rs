@@ -7,6 +7,7 @@ mod guard;
 pub(crate) mod handover;
 pub(crate) mod holder;
 mod leftover;
+mod observed;
 mod plain;
 mod release;
 mod replies;

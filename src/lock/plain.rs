@@ -20,6 +20,8 @@ pub(crate) struct PlainOps {
     counter: String,
     /// A fenced lock's second counter: Redisson's per-name one, shared with Java's RFencedLock.
     name_counter: Option<String>,
+    /// The kind spans and metrics name: `lock`, `fenced` or `mutex`.
+    label: &'static str,
 }
 
 impl PlainOps {
@@ -29,6 +31,7 @@ impl PlainOps {
             channel: names::lock_channel(name),
             counter: slots::token_counter(name),
             name_counter: None,
+            label: "lock",
         }
     }
 
@@ -36,6 +39,15 @@ impl PlainOps {
     pub(crate) fn fenced(name: &str) -> Self {
         PlainOps {
             name_counter: Some(names::token_key(name)),
+            label: "fenced",
+            ..Self::new(name)
+        }
+    }
+
+    /// An RMutex's: a plain lock that spans and metrics call `mutex`.
+    pub(crate) fn mutex(name: &str) -> Self {
+        PlainOps {
+            label: "mutex",
             ..Self::new(name)
         }
     }
@@ -44,6 +56,10 @@ impl PlainOps {
 impl LockOps for PlainOps {
     fn kind(&self) -> &'static str {
         "lock"
+    }
+
+    fn label(&self) -> &'static str {
+        self.label
     }
 
     fn name(&self) -> &Arc<str> {

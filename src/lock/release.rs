@@ -15,7 +15,7 @@ use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 
 impl Holder {
     /// Gives back one hold of `lease`.
-    pub(crate) async fn release(
+    pub(crate) async fn release_observed(
         self: &Arc<Self>,
         lease: &Arc<Lease>,
         request_id: &str,
@@ -137,6 +137,7 @@ impl Holder {
         .await;
         match result? {
             HandedOver::Handed { token } => {
+                crate::observe::handed_over(&self.labels(), self.name(), &to, token);
                 let offer = pending.take();
                 let handed = Arc::new(Lease::new(token, sent_at, to_lease_ms));
                 // Recorded before the waiter runs, so this owner's next lock() already knows

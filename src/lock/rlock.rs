@@ -52,6 +52,11 @@ impl RLock {
         Self::from_holder(Holder::new(client, Box::new(PlainOps::new(name))), name)
     }
 
+    /// An RMutex's owner for one acquire: a plain lock observed as a `mutex`.
+    pub(crate) fn mutex(client: Client, name: &str) -> Self {
+        Self::from_holder(Holder::new(client, Box::new(PlainOps::mutex(name))), name)
+    }
+
     pub(crate) fn from_holder(holder: Holder, name: &str) -> Self {
         RLock {
             holder: Arc::new(holder),

@@ -111,6 +111,7 @@ where
         tokio::select! {
             woken = subscription.woken() => {
                 woken?;
+                crate::observe::woken(channel);
                 ask_server = true;
             }
             // Only the attempt right after a busy answer may trust the client's own view.

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::observe::Acquire;
 use crate::pubsub::Wake;
 use crate::script::{LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_TRY_SET, ScriptCall};
 use crate::{names, slots};
@@ -252,9 +255,10 @@ impl RCountDownLatch {
 
     async fn wait(&self, wait: Option<Duration>) -> Result<bool> {
         let inner = &self.client.inner;
-        super::wait_until(inner, &self.channel, Wake::All, wait, || async {
-            Ok(self.get_count().await? == 0)
-        })
-        .await
+        let observed = Acquire::start(&inner.observe, "latch", self.name(), wait);
+        let opened = || observed.attempt(async { Ok(self.get_count().await? == 0) });
+        let waited = super::wait_until(inner, &self.channel, Wake::All, wait, opened);
+        let result = waited.instrument(observed.span()).await;
+        observed.finish(result)
     }
 }

@@ -106,7 +106,10 @@ where
             until = until.min(d);
         }
         tokio::select! {
-            woken = subscription.woken() => woken?,
+            woken = subscription.woken() => {
+                woken?;
+                crate::observe::woken(channel);
+            }
             () = tokio::time::sleep_until(until) => {}
         }
     }

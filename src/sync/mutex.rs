@@ -54,7 +54,7 @@ impl RMutex {
 
     /// A new owner for one acquire.
     fn owner(&self) -> RLock {
-        self.client.get_lock(&self.name)
+        RLock::mutex(self.client.clone(), &self.name)
     }
 
     /// Waits until the mutex is free and takes it (watchdog lease).

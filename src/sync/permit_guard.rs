@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tracing::Instrument;
+
 use super::permits::Shared;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::observe::{Held, Release};
 use crate::watchdog::{RenewTarget, Renewal};
 
 /// What a guard stands for: its permits, their lease and their renewal.
@@ -19,6 +22,8 @@ pub(crate) struct Permits {
     target: RenewTarget,
     /// The watchdog registration renewing the permits, while there is one.
     renewal: Mutex<Option<u64>>,
+    /// Counts the permits as held until the guard is released or dropped.
+    held: Held,
 }
 
 impl Permits {
@@ -35,10 +40,12 @@ impl Permits {
             channel: shared.channel.clone(),
             ids: ids.join(" ").into(),
         };
+        let labels = shared.inner().observe.labels("permit", &shared.name);
         let renewal = renewed.then(|| {
             shared.inner().watchdog.register(Renewal {
                 target: target.clone(),
                 lease: lease.clone(),
+                labels: labels.clone(),
             })
         });
         Permits {
@@ -47,6 +54,7 @@ impl Permits {
             lease,
             target,
             renewal: Mutex::new(renewal),
+            held: Held::began(&labels),
         }
     }
 
@@ -71,7 +79,20 @@ impl Permits {
         }
     }
 
+    /// Gives the permits back, in a `ferrisson.release` span.
     async fn release(&self) -> Result<()> {
+        let token = self.lease.token();
+        let observed = Release::start(
+            &self.shared.inner().observe,
+            "permit",
+            &self.shared.name,
+            token,
+        );
+        let result = self.send_release().instrument(observed.span()).await;
+        observed.finish(result)
+    }
+
+    async fn send_release(&self) -> Result<()> {
         let call = self.shared.release_call(&self.ids, None);
         let (released, _): (i64, i64) = self
             .shared
@@ -282,6 +303,7 @@ impl PermitGuard {
     pub async fn release(mut self) -> Result<()> {
         self.armed = false;
         self.permits.stop_renewal();
+        self.permits.held.end();
         let mut pending = PendingRelease {
             permits: self.permits.clone(),
             done: false,
@@ -296,6 +318,7 @@ impl Drop for PermitGuard {
     fn drop(&mut self) {
         if self.armed {
             self.permits.stop_renewal();
+            self.permits.held.end();
             spawn_release(&self.permits);
         }
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::permit_guard::{PermitGuard, Permits};
@@ -12,6 +13,7 @@ use super::{Attempt, wait_for};
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::observe::Acquire;
 use crate::pubsub::Wake;
 use crate::script::{PERMIT_ACQUIRE, PERMIT_RELEASE, PERMIT_SET, ScriptCall};
 use crate::{names, slots};
@@ -460,10 +462,11 @@ impl RPermitExpirableSemaphore {
         let n = checked(n)?;
         let fixed = lease.map(checked_lease).transpose()?;
         let channel = &self.shared.channel;
-        wait_for(self.inner(), channel, Wake::Count, wait, || {
-            self.attempt(n, fixed)
-        })
-        .await
+        let observed = Acquire::start(&self.inner().observe, "permit", self.name(), wait);
+        let attempt = || observed.attempt(self.attempt(n, fixed));
+        let waited = wait_for(self.inner(), channel, Wake::Count, wait, attempt);
+        let result = waited.instrument(observed.span()).await;
+        observed.finish(result)
     }
 
     /// One attempt at taking `n` permits. If it is dropped after the script may have run, or

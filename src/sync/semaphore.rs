@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::names;
+use crate::observe::Acquire;
 use crate::pubsub::Wake;
 use crate::script::{
     SEMAPHORE_ACQUIRE, SEMAPHORE_RELEASE, SEMAPHORE_SET, SEMAPHORE_UNDO, ScriptCall,
@@ -331,7 +333,11 @@ impl RSemaphore {
         self.check()?;
         let n = checked(n)?;
         let channel = &self.shared.channel;
-        super::wait_until(self.inner(), channel, Wake::Count, wait, || self.attempt(n)).await
+        let observed = Acquire::start(&self.inner().observe, "semaphore", self.name(), wait);
+        let attempt = || observed.attempt(self.attempt(n));
+        let waited = super::wait_until(self.inner(), channel, Wake::Count, wait, attempt);
+        let result = waited.instrument(observed.span()).await;
+        observed.finish(result)
     }
 
     /// One attempt at taking `n` permits. If it is dropped after the script may have run, or

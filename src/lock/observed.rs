@@ -1,0 +1,50 @@
+//! The lock engine's acquire and release as operators see them: each runs in its span and ends
+//! in an outcome (see [`observe`](crate::observe)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::lock::guard::LockGuard;
+use crate::lock::holder::{Holder, LeaseMode};
+use crate::observe::{Acquire, Labels, Release};
+
+impl Holder {
+    /// Acquires, waiting at most `wait` (`None`: for ever), in a `ferrisson.acquire` span.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        mode: LeaseMode,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let observed = Acquire::start(&self.inner().observe, self.ops.label(), self.name(), wait);
+        let acquire = self.acquire_observed(mode, wait, &observed);
+        let result = acquire.instrument(observed.span()).await;
+        observed.finish(result)
+    }
+
+    /// Gives back one hold of `lease`, in a `ferrisson.release` span.
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        lease: &Arc<Lease>,
+        request_id: &str,
+        resend: bool,
+    ) -> Result<()> {
+        let observed = Release::start(
+            &self.inner().observe,
+            self.ops.label(),
+            self.name(),
+            lease.token(),
+        );
+        let release = self.release_observed(lease, request_id, resend);
+        let result = release.instrument(observed.span()).await;
+        observed.finish(result)
+    }
+
+    /// The labels of this lock's metrics.
+    pub(crate) fn labels(&self) -> Labels {
+        self.inner().observe.labels(self.ops.label(), self.name())
+    }
+}

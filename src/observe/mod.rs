@@ -1,0 +1,436 @@
+//! What operators see: `tracing` spans and events, and, with the `metrics` feature, counters,
+//! gauges and histograms through the `metrics` facade.
+//!
+//! Every acquire of every object (the lock family, the semaphores, the latch's wait) runs inside
+//! one `ferrisson.acquire` span and ends in one outcome; every release of a lock or of permits in
+//! one `ferrisson.release` span. The rest of the crate calls in here with one line per site, so
+//! the instrumentation lives in one place. Names and labels are listed in the README's
+//! "Observing locks" section.
+//!
+//! Gauges never drift: every increment is owned by a value whose drop (or explicit end, which
+//! happens once) decrements it, so a cancelled acquire or a dropped guard gives it back.
+
+#[cfg(feature = "metrics")]
+mod metrics;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Instant;
+
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::error::{Error, Result};
+
+/// Where a client's spans say they go (OpenTelemetry's `server.address` and `server.port`), and
+/// whether metrics carry the lock name.
+#[derive(Debug)]
+pub(crate) struct Context {
+    address: Arc<str>,
+    port: Option<u16>,
+    #[cfg(feature = "metrics")]
+    lock_names: bool,
+}
+
+impl Context {
+    /// The context of a client connected as `info` says; describes the metrics to the recorder
+    /// installed now.
+    pub(crate) fn new(info: &redis::ConnectionInfo, _config: &crate::config::Config) -> Self {
+        let (address, port) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.as_str().into(), Some(*port)),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => (host.as_str().into(), Some(*port)),
+            other => (other.to_string().into(), None),
+        };
+        #[cfg(feature = "metrics")]
+        metrics::describe();
+        Context {
+            address,
+            port,
+            #[cfg(feature = "metrics")]
+            lock_names: _config.metrics_lock_names,
+        }
+    }
+
+    /// The labels of object `name` of `kind`.
+    pub(crate) fn labels(&self, kind: &'static str, _name: &str) -> Labels {
+        Labels {
+            kind,
+            #[cfg(feature = "metrics")]
+            lock: self.lock_names.then(|| Arc::from(_name)),
+        }
+    }
+
+    fn release_span(&self, labels: &Labels, name: &str) -> Span {
+        tracing::info_span!(
+                "ferrisson.release",
+                db.system.name = "redis",
+                server.address = %self.address,
+                server.port = self.port,
+                lock = %name,
+                kind = labels.kind,
+                outcome = Empty,
+                token = Empty,
+                error = Empty,
+            otel.status_code = Empty,
+        )
+    }
+
+    fn acquire_span(&self, labels: &Labels, name: &str) -> Span {
+        tracing::info_span!(
+                "ferrisson.acquire",
+                db.system.name = "redis",
+                server.address = %self.address,
+                server.port = self.port,
+                lock = %name,
+                kind = labels.kind,
+                outcome = Empty,
+                attempts = Empty,
+                waited_ms = Empty,
+                token = Empty,
+                error = Empty,
+            otel.status_code = Empty,
+        )
+    }
+}
+
+/// The labels of one object's metrics: its kind, and its name when the client was built with
+/// `metrics_lock_names(true)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Labels {
+    kind: &'static str,
+    #[cfg(feature = "metrics")]
+    lock: Option<Arc<str>>,
+}
+
+/// How an acquire ended, as the `outcome` field and label say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Granted,
+    /// The wait budget ran out (a `try_*` that found the object taken included).
+    TimedOut,
+    Error,
+    /// The acquire future was dropped before it ended.
+    Cancelled,
+}
+
+impl Outcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What an acquire returns, as far as observing it goes.
+pub(crate) trait Acquired {
+    /// Whether it got what it asked for.
+    fn granted(&self) -> bool;
+    /// The fencing token it got, if any.
+    fn token(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Acquired for bool {
+    fn granted(&self) -> bool {
+        *self
+    }
+}
+
+impl Acquired for Option<crate::LockGuard> {
+    fn granted(&self) -> bool {
+        self.is_some()
+    }
+    fn token(&self) -> Option<u64> {
+        self.as_ref().map(crate::LockGuard::fencing_token)
+    }
+}
+
+impl Acquired for Option<crate::PermitGuard> {
+    fn granted(&self) -> bool {
+        self.is_some()
+    }
+    fn token(&self) -> Option<u64> {
+        self.as_ref().map(crate::PermitGuard::fencing_token)
+    }
+}
+
+/// What one attempt of an acquire answered, as far as observing it goes.
+pub(crate) trait Tried {
+    /// The attempt was refused: the caller waits (or gives up).
+    fn refused(&self) -> bool;
+}
+
+impl Tried for bool {
+    fn refused(&self) -> bool {
+        !*self
+    }
+}
+
+impl<T> Tried for crate::lock::wait::Attempt<T> {
+    fn refused(&self) -> bool {
+        matches!(self, crate::lock::wait::Attempt::Busy { .. })
+    }
+}
+
+impl<T> Tried for crate::sync::Attempt<T> {
+    fn refused(&self) -> bool {
+        matches!(self, crate::sync::Attempt::NotYet(_))
+    }
+}
+
+/// One acquire under way: its span, its attempts, and whether it counts as a waiter. Dropped
+/// before [`finish`](Self::finish) (the caller dropped the acquire future), it counts as
+/// cancelled; either way the waiters gauge gets back what this acquire added to it.
+#[derive(Debug)]
+pub(crate) struct Acquire {
+    #[cfg(feature = "metrics")]
+    labels: Labels,
+    span: Span,
+    started: Instant,
+    attempts: AtomicU32,
+    /// Whether a budget allows waiting at all (`try_lock` does not wait).
+    may_wait: bool,
+    waiting: AtomicBool,
+    finished: bool,
+}
+
+impl Acquire {
+    /// An acquire of `name` (`kind`) with a wait budget of `wait` (`None`: for ever).
+    pub(crate) fn start(
+        context: &Context,
+        kind: &'static str,
+        name: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Self {
+        let labels = context.labels(kind, name);
+        Acquire {
+            span: context.acquire_span(&labels, name),
+            #[cfg(feature = "metrics")]
+            labels,
+            started: Instant::now(),
+            attempts: AtomicU32::new(0),
+            may_wait: wait != Some(std::time::Duration::ZERO),
+            waiting: AtomicBool::new(false),
+            finished: false,
+        }
+    }
+
+    /// The span to run the acquire in.
+    pub(crate) fn span(&self) -> Span {
+        self.span.clone()
+    }
+
+    /// Counts one attempt; the first refusal makes this acquire a waiter.
+    pub(crate) async fn attempt<T: Tried>(
+        &self,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        let answer = attempt.await;
+        if self.may_wait
+            && matches!(&answer, Ok(a) if a.refused())
+            && !self.waiting.swap(true, Ordering::AcqRel)
+        {
+            #[cfg(feature = "metrics")]
+            metrics::waiters(&self.labels, 1.0);
+        }
+        answer
+    }
+
+    /// Records how the acquire ended and hands its result back.
+    pub(crate) fn finish<T: Acquired>(mut self, result: Result<T>) -> Result<T> {
+        let outcome = match &result {
+            Ok(got) if got.granted() => Outcome::Granted,
+            Ok(_) => Outcome::TimedOut,
+            Err(_) => Outcome::Error,
+        };
+        let token = result.as_ref().ok().and_then(Acquired::token);
+        self.end(outcome, token, result.as_ref().err());
+        result
+    }
+
+    fn end(&mut self, outcome: Outcome, token: Option<u64>, error: Option<&Error>) {
+        self.finished = true;
+        let waited = self.started.elapsed();
+        let span = &self.span;
+        span.record("outcome", outcome.as_str());
+        span.record("attempts", self.attempts.load(Ordering::Relaxed));
+        span.record("waited_ms", waited.as_secs_f64() * 1e3);
+        if let Some(token) = token {
+            span.record("token", token);
+        }
+        if let Some(error) = error {
+            span.record("error", tracing::field::display(error));
+            span.record("otel.status_code", "ERROR");
+        }
+        #[cfg(feature = "metrics")]
+        metrics::acquired(&self.labels, outcome, waited);
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.end(Outcome::Cancelled, None, None);
+        }
+        if self.waiting.load(Ordering::Acquire) {
+            #[cfg(feature = "metrics")]
+            metrics::waiters(&self.labels, -1.0);
+        }
+    }
+}
+
+/// One release under way: its span, ended with the release's result.
+#[derive(Debug)]
+pub(crate) struct Release {
+    #[cfg(feature = "metrics")]
+    labels: Labels,
+    span: Span,
+}
+
+impl Release {
+    /// A release of `name` (`kind`), of a hold with fencing token `token`.
+    pub(crate) fn start(context: &Context, kind: &'static str, name: &str, token: u64) -> Self {
+        let labels = context.labels(kind, name);
+        let span = context.release_span(&labels, name);
+        span.record("token", token);
+        Release {
+            #[cfg(feature = "metrics")]
+            labels,
+            span,
+        }
+    }
+
+    /// The span to run the release in.
+    pub(crate) fn span(&self) -> Span {
+        self.span.clone()
+    }
+
+    /// Records how the release ended: `released`, `lost` (the hold was gone already) or
+    /// `error`.
+    pub(crate) fn finish(self, result: Result<()>) -> Result<()> {
+        let outcome = match &result {
+            Ok(()) => "released",
+            Err(Error::LockLost { .. } | Error::PermitLost { .. }) => "lost",
+            Err(_) => "error",
+        };
+        self.span.record("outcome", outcome);
+        if let Err(e) = &result {
+            self.span.record("error", tracing::field::display(e));
+            if outcome == "error" {
+                self.span.record("otel.status_code", "ERROR");
+            }
+        }
+        #[cfg(feature = "metrics")]
+        metrics::released(&self.labels, outcome);
+        result
+    }
+}
+
+/// A hold of a lease: counted in the held-leases gauge from [`began`](Held::began) until
+/// [`end`](Held::end) or its drop, whichever comes first, and then timed.
+#[derive(Debug)]
+pub(crate) struct Held {
+    #[cfg(feature = "metrics")]
+    labels: Labels,
+    #[cfg(feature = "metrics")]
+    since: Instant,
+    ended: AtomicBool,
+}
+
+impl Held {
+    /// A hold that began now.
+    pub(crate) fn began(_labels: &Labels) -> Self {
+        #[cfg(feature = "metrics")]
+        metrics::held(_labels, 1.0);
+        Held {
+            #[cfg(feature = "metrics")]
+            labels: _labels.clone(),
+            #[cfg(feature = "metrics")]
+            since: Instant::now(),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The hold is over (released or given up); later calls do nothing.
+    pub(crate) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            #[cfg(feature = "metrics")]
+            metrics::hold_ended(&self.labels, self.since.elapsed());
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A lock's lease got its first live guard (`live` guards now): it counts as held from then on.
+/// Paired with [`lock_hold_ended`], which the last guard's end calls.
+pub(crate) fn lock_hold_began(_labels: &Labels, live: usize) {
+    if live == 1 {
+        #[cfg(feature = "metrics")]
+        metrics::held(_labels, 1.0);
+    }
+}
+
+/// A guard of a lock's lease is gone (`live` guards left); the last one ends the hold, which
+/// began at `since`.
+pub(crate) fn lock_hold_ended(_labels: &Labels, live: usize, _since: tokio::time::Instant) {
+    if live == 0 {
+        #[cfg(feature = "metrics")]
+        metrics::hold_ended(_labels, _since.elapsed());
+    }
+}
+
+/// A release handed the lock `name` straight to a waiter of the same client.
+pub(crate) fn handed_over(labels: &Labels, name: &str, to: &str, token: u64) {
+    tracing::debug!(lock = %name, kind = labels.kind, to = %to, token, "lock handed over to a waiter of this client");
+    #[cfg(feature = "metrics")]
+    metrics::handover(labels);
+}
+
+/// A waiter listening on `channel` was woken by a message.
+pub(crate) fn woken(channel: &str) {
+    tracing::debug!(channel = %channel, "waiter woken by a message; trying again");
+}
+
+/// Why the watchdog gave a lease up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lost {
+    /// A renewal found the hold gone (expired, deleted, forced open).
+    NotHeld,
+    /// Renewals failed until the lease's deadline passed.
+    Expired,
+}
+
+/// The watchdog found the lease of `name` lost.
+pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&Error>) {
+    let reason = match why {
+        Lost::NotHeld => "not_held",
+        Lost::Expired => "expired",
+    };
+    match error {
+        Some(e) => {
+            tracing::warn!(lock = %name, kind = labels.kind, reason, error = %e, "lease lost: renewals failed until its deadline")
+        }
+        None => {
+            tracing::warn!(lock = %name, kind = labels.kind, reason, "lease lost: the lock is no longer ours")
+        }
+    }
+    #[cfg(feature = "metrics")]
+    metrics::lease_lost(labels, reason);
+}
+
+/// A renewal call for `leases` leases failed (they are tried again until their deadline).
+pub(crate) fn renewals_failed(leases: usize, error: &Error) {
+    tracing::warn!(leases, error = %error, "lease renewal failed; retrying until the leases' deadline");
+    #[cfg(feature = "metrics")]
+    metrics::renewals_failed(leases);
+}
