@@ -5,8 +5,8 @@
 //!
 //! The data nodes run with `min-replicas-to-write 1`: a master without a linked replica refuses
 //! writes (`NOREPLICAS`). Without it, a master demoted by `SENTINEL FAILOVER` keeps accepting
-//! writes until the sentinels reconfigure it, seconds later (about 11 s measured with
-//! failover-timeout 5000), so a test would see two writable masters. The price: after two
+//! writes until the sentinels reconfigure it, seconds later (about 9 s measured here with
+//! failover-timeout 3000), so a test would see two writable masters. The price: after two
 //! kills without a restart, the last master has no replica and refuses writes.
 
 #![allow(dead_code, unreachable_pub)]
@@ -26,8 +26,8 @@ pub const MASTER_NAME: &str = "mymaster";
 /// as down.
 pub const DOWN_AFTER_MS: u64 = 1000;
 
-/// `failover-timeout`: also how long a sentinel waits before it retries a failed failover
-/// (twice this) and before it turns a demoted master that still says "master" into a replica.
+/// `failover-timeout`: how long a failover may take, and (twice this) how long a sentinel waits
+/// before it tries again after a failed one.
 pub const FAILOVER_TIMEOUT_MS: u64 = 3000;
 
 const SETTLE_WITHIN: Duration = Duration::from_secs(40);
