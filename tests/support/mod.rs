@@ -4,8 +4,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod checker;
+pub mod cluster;
 pub mod proxy;
 pub mod redisson;
+pub mod sentinel;
 pub mod server;
 
 use std::time::Duration;
