@@ -1,0 +1,452 @@
+//! Redis Cluster: every kind works on a real 3-master + 3-replica cluster, each object's keys in
+//! one slot; waiters wake by sharded message (a Java-style SSUBSCRIBE waiter too); renewals go
+//! per slot; a killed master's replica takes over and grants resume.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrisson::{Client, MultiLock};
+use redis::AsyncCommands;
+use support::cluster::RedisCluster;
+
+async fn cluster_client(cluster: &RedisCluster, recheck: Duration) -> Client {
+    Client::builder()
+        .cluster(cluster.seed_urls())
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .recheck_interval(recheck)
+        .build()
+        .await
+        .expect("a cluster client")
+}
+
+/// Every key on every master, with its slot.
+async fn keys_by_slot(cluster: &RedisCluster) -> Vec<(String, u16)> {
+    let mut found = Vec::new();
+    for port in cluster.masters().await {
+        let mut node = cluster.raw_node(port).await;
+        let keys: Vec<String> = node.keys("*").await.unwrap();
+        for key in keys {
+            let slot = cluster.slot_of(&key).await;
+            found.push((key, slot));
+        }
+    }
+    found
+}
+
+/// Starts `wait` as a task, checks it waits, runs `release`, and returns what `wait` gave
+/// within 3 s: with a 30 s re-check interval only a message wakes it that soon.
+async fn woken<T: Send + 'static>(
+    what: &str,
+    wait: impl std::future::Future<Output = T> + Send + 'static,
+    release: impl std::future::Future<Output = ()>,
+) -> T {
+    let waiter = tokio::spawn(wait);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "{what}: did not wait");
+    let released = Instant::now();
+    release.await;
+    let out = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not woken by the release's message"))
+        .unwrap();
+    eprintln!("{what}: woken {:?} after the release", released.elapsed());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_works_on_a_cluster_with_its_keys_in_one_slot() {
+    let cluster = RedisCluster::start().await;
+    let a = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let names = ["orders:1", "orders:2", "users:7", "{tenant:9}:jobs"];
+    for name in names {
+        // RLock, reentrant, with a waiter of another client woken by the sharded message.
+        let lock = a.get_lock(name);
+        let first = lock.lock().await.unwrap();
+        let again = lock.lock().await.unwrap();
+        assert!(first.fencing_token() > 0);
+        again.unlock().await.unwrap();
+        let other = b.get_lock(name);
+        let got = woken(
+            "RLock waiter",
+            async move { other.lock().await.unwrap() },
+            async { first.unlock().await.unwrap() },
+        )
+        .await;
+        got.unlock().await.unwrap();
+
+        // Fair lock, read/write, fenced, mutex.
+        let fair = a
+            .get_fair_lock(&format!("{name}:fair"))
+            .lock()
+            .await
+            .unwrap();
+        let other = b.get_fair_lock(&format!("{name}:fair"));
+        let got = woken(
+            "fair waiter",
+            async move { other.lock().await.unwrap() },
+            async { fair.unlock().await.unwrap() },
+        )
+        .await;
+        got.unlock().await.unwrap();
+        let rw = format!("{name}:rw");
+        let read = a.get_read_write_lock(&rw).read_lock().lock().await.unwrap();
+        let shared = b.get_read_write_lock(&rw).read_lock().lock().await.unwrap();
+        let writer = b.get_read_write_lock(&rw).write_lock();
+        let write = woken(
+            "writer",
+            async move { writer.lock().await.unwrap() },
+            async {
+                read.unlock().await.unwrap();
+                shared.unlock().await.unwrap();
+            },
+        )
+        .await;
+        write.unlock().await.unwrap();
+        let (token, fenced) = a
+            .get_fenced_lock(&format!("{name}:fenced"))
+            .lock_and_get_token()
+            .await
+            .unwrap();
+        assert!(token > 0);
+        fenced.unlock().await.unwrap();
+        let mutex = a.get_mutex(&format!("{name}:mutex")).lock().await.unwrap();
+        assert!(
+            a.get_mutex(&format!("{name}:mutex"))
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
+        mutex.unlock().await.unwrap();
+
+        // Semaphores and the latch.
+        let sem = a.get_semaphore(&format!("{name}:sem"));
+        assert!(sem.try_set_permits(1).await.unwrap());
+        sem.acquire(1).await.unwrap();
+        let other = b.get_semaphore(&format!("{name}:sem"));
+        woken(
+            "semaphore waiter",
+            async move { other.acquire(1).await.unwrap() },
+            async { sem.release(1).await.unwrap() },
+        )
+        .await;
+        let permits = a.get_permit_expirable_semaphore(&format!("{name}:permits"));
+        assert!(permits.try_set_permits(1).await.unwrap());
+        let held = permits.acquire().await.unwrap();
+        let other = b.get_permit_expirable_semaphore(&format!("{name}:permits"));
+        let got = woken(
+            "permit waiter",
+            async move { other.acquire().await.unwrap() },
+            async { held.release().await.unwrap() },
+        )
+        .await;
+        got.release().await.unwrap();
+        if !name.contains('{') {
+            let latch = a.get_count_down_latch(&format!("{name}:latch"));
+            assert!(latch.try_set_count(1).await.unwrap());
+            let other = b.get_count_down_latch(&format!("{name}:latch"));
+            woken(
+                "latch waiter",
+                async move { other.await_zero().await.unwrap() },
+                async {
+                    latch.count_down().await.unwrap();
+                },
+            )
+            .await;
+        }
+    }
+    // Every key an object left (its data, request records, token counters) is in the slot
+    // of the object's name.
+    let suffixes = [
+        "", ":fair", ":rw", ":fenced", ":mutex", ":sem", ":permits", ":latch",
+    ];
+    let objects: Vec<String> = names
+        .iter()
+        .flat_map(|n| suffixes.iter().map(move |s| format!("{n}{s}")))
+        .collect();
+    let mut object_slots = HashSet::new();
+    for object in &objects {
+        object_slots.insert(cluster.slot_of(object).await);
+    }
+    for (key, slot) in keys_by_slot(&cluster).await {
+        let owner = objects
+            .iter()
+            .filter(|o| {
+                key == **o
+                    || key.contains(&format!("{{{o}}}"))
+                    || (o.contains('{') && key.contains(o.as_str()))
+            })
+            .max_by_key(|o| o.len());
+        match owner {
+            Some(object) => {
+                let home = cluster.slot_of(object).await;
+                assert_eq!(
+                    slot, home,
+                    "{key} is in slot {slot}, its object {object} in {home}"
+                );
+            }
+            None => {
+                assert!(
+                    key.starts_with("ferrisson_token:"),
+                    "a key of nobody: {key}"
+                );
+                assert!(
+                    object_slots.contains(&slot),
+                    "{key} counts for no object's slot"
+                );
+            }
+        }
+    }
+}
+
+/// A Java Redisson 3.22+ waiter on a Redis 7 cluster listens with SSUBSCRIBE on the lock's
+/// channel: ferrisson's release reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_subscriber_hears_ferrisson_s_release() {
+    let cluster = RedisCluster::start().await;
+    let client = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+    let mut java = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(tx)
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    java.ssubscribe("redisson_lock__channel:{orders:1}")
+        .await
+        .unwrap();
+    let guard = client.get_lock("orders:1").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            let push = pushes.recv().await.expect("pushes");
+            if push.kind == redis::PushKind::SMessage {
+                return push;
+            }
+        }
+    })
+    .await
+    .expect("the SSUBSCRIBE waiter heard the unlock");
+    let payload: String = redis::from_redis_value(heard.data[1].clone()).unwrap();
+    assert_eq!(payload, "0", "Redisson's unlock message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_renewals_and_multilock_across_slots() {
+    let cluster = RedisCluster::start().await;
+    let names: Vec<String> = (0..6).map(|i| format!("spread:{i}")).collect();
+    let slots: HashSet<u16> = futures::future::join_all(names.iter().map(|n| cluster.slot_of(n)))
+        .await
+        .into_iter()
+        .collect();
+    assert!(slots.len() >= 4, "names in {} slots", slots.len());
+
+    // Contenders on 3 clients; every grant's token must be new, and no two holders overlap.
+    let inside: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = cluster_client(&cluster, Duration::from_secs(1)).await;
+        for t in 0..3 {
+            let lock = client.get_lock(&names[t % 2]);
+            let inside = inside.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                for _ in 0..15 {
+                    let guard = lock.lock().await.unwrap();
+                    tokens.push((t % 2, guard.fencing_token()));
+                    let holders = &inside[t % 2];
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    guard.unlock().await.unwrap();
+                }
+                tokens
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    // Tokens increase per name (each name's slot has its counter): never one twice per lock.
+    let distinct: HashSet<(usize, u64)> = all.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        all.len(),
+        "a token was granted twice for one lock"
+    );
+
+    // Renewals of holds in several slots, per slot.
+    let renewing = Client::builder()
+        .cluster(cluster.seed_urls())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            renewing
+                .get_lock(&format!("{name}:held"))
+                .lock()
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(
+        guards.iter().all(|g| !g.is_lost()),
+        "a renewal across slots failed"
+    );
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+
+    // A MultiLock over locks in different slots.
+    let client = cluster_client(&cluster, Duration::from_secs(1)).await;
+    let multi = MultiLock::new(names.iter().map(|n| client.get_lock(n)));
+    let guard = multi.lock().await.unwrap();
+    let other = cluster_client(&cluster, Duration::from_secs(1)).await;
+    assert!(
+        other
+            .get_lock(&names[3])
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.unlock().await.unwrap();
+    assert!(
+        other
+            .get_lock(&names[3])
+            .try_lock()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Contenders loop on locks while the master of one lock's slot is killed: its replica takes
+/// over, grants resume soon after, and no call hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced_and_grants_resume() {
+    let mut cluster = RedisCluster::start().await;
+    let client = Client::builder()
+        .cluster(cluster.seed_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .recheck_interval(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let granted = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let lock = client.get_lock("failover:key");
+        let (granted, stop) = (granted.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            while !stop.load(Ordering::SeqCst) {
+                let asked = Instant::now();
+                let result = lock.try_lock_for(Duration::from_millis(300), None).await;
+                longest = longest.max(asked.elapsed());
+                if let Ok(Some(guard)) = result {
+                    granted.lock().unwrap().push(Instant::now());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let _ = guard.unlock().await;
+                } else if result.is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            longest
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = cluster.kill_master_of("failover:key").await;
+    let (promoted, took) = cluster.wait_promoted(killed).await;
+    let promoted_at = Instant::now();
+    eprintln!("master {killed} killed; {promoted} promoted after {took:?}");
+    let resumed = loop {
+        if let Some(at) = granted.lock().unwrap().iter().find(|at| **at > promoted_at) {
+            break *at - promoted_at;
+        }
+        assert!(
+            promoted_at.elapsed() < Duration::from_secs(10),
+            "no grant within 10 s of the promotion"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("grants resumed {resumed:?} after the promotion was seen");
+    assert!(
+        resumed < Duration::from_secs(3),
+        "grants resumed only after {resumed:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        let longest = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("a contender hung")
+            .unwrap();
+        assert!(
+            longest < Duration::from_secs(5),
+            "one call took {longest:?}"
+        );
+    }
+}
+
+/// A manual failover (CLUSTER FAILOVER) drops the demoted master's sharded subscriptions: the
+/// hub subscribes again on the new master and waiters still wake by message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_still_wake_by_message_after_a_manual_failover() {
+    let cluster = RedisCluster::start().await;
+    let a = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let b = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let held = a.get_lock("moving:lock").lock().await.unwrap();
+    let other = b.get_lock("moving:lock");
+    let waiter = tokio::spawn(async move {
+        other
+            .try_lock_for(Duration::from_secs(20), None)
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (new_master, took) = cluster.failover_manual("moving:lock").await;
+    eprintln!("manual failover to {new_master} in {took:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken after the failover")
+        .unwrap();
+    eprintln!("woken {:?} after the release", released.elapsed());
+    assert!(got.is_some());
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken by re-check, not by message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_seeds_fail_clearly() {
+    let started = Instant::now();
+    let result = Client::builder()
+        .cluster(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+        .connection_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    assert!(
+        matches!(result, Err(ferrisson::Error::Redis(_))),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

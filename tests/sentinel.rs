@@ -1,0 +1,163 @@
+//! Sentinel: the client finds the master through the sentinels, and after the master is killed
+//! or failed over by hand it moves its connections there by itself: grants resume, waiters still
+//! wake by message, no call hangs.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrisson::{Client, Error};
+use support::sentinel::RedisSentinels;
+
+async fn sentinel_client(setup: &RedisSentinels, recheck: Duration) -> Client {
+    Client::builder()
+        .sentinel(setup.master_name(), setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .recheck_interval(recheck)
+        .build()
+        .await
+        .expect("a sentinel client")
+}
+
+/// Contenders loop on a lock; returns their handles and the grant times they record.
+fn contenders(
+    client: &Client,
+    stop: &Arc<AtomicBool>,
+) -> (
+    Vec<tokio::task::JoinHandle<Duration>>,
+    Arc<std::sync::Mutex<Vec<Instant>>>,
+) {
+    let granted = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let lock = client.get_lock("sentinel:key");
+        let (granted, stop) = (granted.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            while !stop.load(Ordering::SeqCst) {
+                let asked = Instant::now();
+                let result = lock.try_lock_for(Duration::from_millis(300), None).await;
+                longest = longest.max(asked.elapsed());
+                match result {
+                    Ok(Some(guard)) => {
+                        granted.lock().unwrap().push(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        let _ = guard.unlock().await;
+                    }
+                    Ok(None) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            longest
+        }));
+    }
+    (tasks, granted)
+}
+
+async fn resumed_after(granted: &std::sync::Mutex<Vec<Instant>>, since: Instant) -> Duration {
+    loop {
+        if let Some(at) = granted.lock().unwrap().iter().find(|at| **at > since) {
+            return *at - since;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(15),
+            "no grant within 15 s of the new master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_a_killed_master_and_grants_resume() {
+    let mut setup = RedisSentinels::start().await;
+    let client = sentinel_client(&setup, Duration::from_millis(200)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tasks, granted) = contenders(&client, &stop);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !granted.lock().unwrap().is_empty(),
+        "no grant before the kill"
+    );
+    let old = setup.kill_master().await;
+    let (new, took) = setup.wait_new_master(old).await;
+    let promoted_at = Instant::now();
+    eprintln!("master {old} killed; the sentinels named {new} after {took:?}");
+    let resumed = resumed_after(&granted, promoted_at).await;
+    eprintln!("grants resumed {resumed:?} after the new master was named");
+    assert!(
+        resumed < Duration::from_secs(3),
+        "grants resumed after {resumed:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        let longest = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("a contender hung")
+            .unwrap();
+        assert!(
+            longest < Duration::from_secs(5),
+            "one call took {longest:?}"
+        );
+    }
+    // The hold is on the new master.
+    let guard = client.get_lock("sentinel:key").lock().await.unwrap();
+    let mut raw = setup.raw_master().await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("sentinel:key")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(exists, "the grant is not on the master the sentinels name");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_wake_by_message_on_the_new_master_after_a_manual_failover() {
+    let setup = RedisSentinels::start().await;
+    let a = sentinel_client(&setup, Duration::from_secs(30)).await;
+    let b = sentinel_client(&setup, Duration::from_secs(30)).await;
+    let (new, took) = setup.failover_manual().await;
+    eprintln!("manual failover to {new} in {took:?}");
+    setup.wait_settled(new, "after the manual failover").await;
+    // Both clients notice within their next master check (1 s) and move.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let held = a.get_lock("sentinel:moved").lock().await.unwrap();
+    let other = b.get_lock("sentinel:moved");
+    let waiter = tokio::spawn(async move {
+        other
+            .try_lock_for(Duration::from_secs(20), None)
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("woken by the release's message")
+        .unwrap();
+    assert!(got.is_some());
+    eprintln!("woken {:?} after the release", released.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_master_name_fails_clearly() {
+    let setup = RedisSentinels::start().await;
+    let started = Instant::now();
+    let result = Client::builder()
+        .sentinel("no-such-master", setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    match result {
+        Err(Error::Redis(e)) => {
+            assert!(e.to_string().contains("no-such-master"), "{e}");
+        }
+        other => panic!("expected a Redis error naming the master, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
