@@ -292,7 +292,14 @@ impl Client {
             .map_err(|e| {
                 Error::from_redis_request(e, "", || "the connection's set-up (SELECT)".into())
             })?;
-        let executor = Executor::new(connection, config.round_trip_cap());
+        let mut executor = Executor::new(connection, config.round_trip_cap());
+        if let Some((acks, timeout)) = config.sync_replicas {
+            let connection_config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connection_timeout))
+                .set_response_timeout(Some(config.response_timeout + timeout));
+            let synced = Arc::new(Connection::new(target.clone(), connection_config));
+            executor = executor.with_synced(synced, acks, timeout);
+        }
         let sharded = executor.probe_sharded().await;
         let executor = executor.with_sharded(sharded);
         executor.load_all().await?;

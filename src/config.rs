@@ -19,6 +19,9 @@ pub(crate) struct Config {
     /// Both fair-lock queue settings (the field keeps the name of the first, which it held
     /// alone before): a fair lock takes them whole.
     pub(crate) fair_queue: FairQueue,
+    /// Replica-synced grants: at least this many replicas must acknowledge a grant within
+    /// the duration, or it is undone.
+    pub(crate) sync_replicas: Option<(u32, Duration)>,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
     /// Metrics carry a `lock` label with the object's name.
@@ -132,6 +135,7 @@ pub struct ClientBuilder {
     url: Option<String>,
     cluster: Option<Vec<String>>,
     sentinel: Option<(String, Vec<String>)>,
+    sync_replicas: Option<(u32, Duration)>,
     watchdog_timeout: Duration,
     connection_timeout: Duration,
     response_timeout: Duration,
@@ -150,6 +154,7 @@ impl Default for ClientBuilder {
             url: None,
             cluster: None,
             sentinel: None,
+            sync_replicas: None,
             watchdog_timeout: Duration::from_secs(30),
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
@@ -219,6 +224,37 @@ impl ClientBuilder {
     {
         let sentinels = sentinels.into_iter().map(Into::into).collect();
         self.sentinel = Some((master.into(), sentinels));
+        self
+    }
+
+    /// Replica-synced grants (Redisson's `checkLockSyncedSlaves`): after every lock grant the
+    /// client sends `WAIT min_acks timeout` right behind the grant, on a connection of its own
+    /// (WAIT blocks the connection it is sent on), and when fewer than `min_acks` replicas
+    /// acknowledged the grant within `timeout`, the grant is undone and the call fails with
+    /// [`Error::ReplicasNotSynced`](crate::Error::ReplicasNotSynced). Off by default.
+    ///
+    /// What it promises: a grant that returned `Ok` had reached `min_acks` replicas, so a
+    /// failover that promotes one of them keeps it. What it does not: Redis replication stays
+    /// asynchronous, and a failover may still promote a replica that had not acknowledged it
+    /// (with several replicas and `min_acks` below their number), or lose what a replica had
+    /// only in memory; it narrows the window in which a failover forgets a grant, it does not
+    /// close it. Renewals and releases are not synced. It applies to the lock family (RLock,
+    /// fair, read/write, fenced, mutex), not to semaphores or latches.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// let client = ferrisson::Client::builder()
+    ///     .sentinel("mymaster", ["redis://10.0.0.1:26379"])
+    ///     .sync_replicas(1, Duration::from_millis(500))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sync_replicas(mut self, min_acks: u32, timeout: Duration) -> Self {
+        self.sync_replicas = Some((min_acks, timeout));
         self
     }
 
@@ -468,9 +504,17 @@ impl ClientBuilder {
                 self.fair_thread_wait, self.fair_queue_timeout
             )));
         }
+        if let Some((acks, timeout)) = self.sync_replicas
+            && (acks == 0 || timeout.is_zero() || timeout > day)
+        {
+            return Err(Error::Config(format!(
+                "sync_replicas needs at least 1 replica and a timeout between 1 ms and a day, got {acks} and {timeout:?}"
+            )));
+        }
         Ok(Config {
             url,
             topology,
+            sync_replicas: self.sync_replicas,
             watchdog_timeout: self.watchdog_timeout,
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,

@@ -94,6 +94,17 @@ pub enum Error {
         total: usize,
     },
 
+    /// With [`ClientBuilder::sync_replicas`](crate::ClientBuilder::sync_replicas): fewer
+    /// replicas than wanted acknowledged a grant in time, so the grant was undone (the lock is
+    /// not held).
+    #[error("only {acked} of {wanted} replica(s) acknowledged the grant in time; it was undone")]
+    ReplicasNotSynced {
+        /// Replicas that acknowledged the grant.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// An argument was refused before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -168,6 +168,9 @@ pub(crate) struct Executor {
     cap: Duration,
     /// Scripts publish with SPUBLISH (a Redis 7 cluster, where waiters SSUBSCRIBE).
     sharded: bool,
+    /// Replica-synced grants: their own connection (WAIT blocks it), and how many replicas
+    /// must acknowledge within how long.
+    synced: Option<(Arc<Connection>, u32, Duration)>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -182,7 +185,55 @@ impl Executor {
             conn,
             cap,
             sharded: false,
+            synced: None,
         }
+    }
+
+    /// Sends grants through `conn` followed by `WAIT acks timeout` (see [`run_synced`]).
+    ///
+    /// [`run_synced`]: Self::run_synced
+    pub(crate) fn with_synced(
+        mut self,
+        conn: Arc<Connection>,
+        acks: u32,
+        timeout: Duration,
+    ) -> Self {
+        self.synced = Some((conn, acks, timeout));
+        self
+    }
+
+    /// Runs a grant script; with replica-synced grants configured, follows it with `WAIT` on
+    /// the synced connection and answers how many replicas acknowledged it, with how many
+    /// were wanted (`None` without synced grants).
+    pub(crate) async fn run_synced<T: FromRedisValue>(
+        &self,
+        call: &ScriptCall,
+        key: &str,
+    ) -> Result<(T, Option<(u32, u32)>)> {
+        let Some((conn, acks, timeout)) = &self.synced else {
+            return Ok((self.run(call, key).await?, None));
+        };
+        let refused = |e| Error::from_redis_request(e, key, || call.describe());
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.evalsha(self.sharded))
+            .cmd("WAIT")
+            .arg(*acks)
+            .arg(timeout.as_millis() as u64);
+        let cap = self.cap + *timeout;
+        let sent = capped(cap, conn.send_pipeline::<(Value, i64)>(&pipe)).await;
+        let (value, acked) = match sent {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(call.script).await.map_err(refused)?;
+                capped(cap, conn.send_pipeline::<(Value, i64)>(&pipe))
+                    .await
+                    .map_err(refused)?
+            }
+            other => other.map_err(refused)?,
+        };
+        let value = T::from_redis_value(value)
+            .map_err(|e| Error::unexpected(format!("{}: {e}", call.script.name)))?;
+        let acked = u32::try_from(acked).unwrap_or(0);
+        Ok((value, Some((acked, *acks))))
     }
 
     /// Makes scripts publish with SPUBLISH (see [`Executor::probe_sharded`]).

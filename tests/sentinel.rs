@@ -161,3 +161,133 @@ async fn an_unknown_master_name_fails_clearly() {
     }
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// With `sync_replicas(1, ..)` a grant that returned `Ok` reached a replica: after the master is
+/// killed, the promoted replica has it, and its holder keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_grant_survives_a_failover() {
+    let mut setup = RedisSentinels::start().await;
+    let client = Client::builder()
+        .sentinel(setup.master_name(), setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(Duration::from_millis(3_000))
+        .sync_replicas(1, Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let guard = client.get_lock("synced:key").lock().await.unwrap();
+    let old = setup.kill_master().await;
+    let (new, took) = setup.wait_new_master(old).await;
+    eprintln!("master {old} killed; {new} named after {took:?}");
+    let mut raw = setup.raw_master().await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("synced:key")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        exists,
+        "the synced grant is missing on the promoted replica"
+    );
+    // The holder's renewals reach the new master and find the hold.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(!guard.is_lost(), "the synced hold was lost in the failover");
+    let other = sentinel_client(&setup, Duration::from_secs(1)).await;
+    assert!(
+        other
+            .get_lock("synced:key")
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.unlock().await.unwrap();
+}
+
+/// With every replica frozen, no replica acknowledges a grant: it is undone and the caller gets
+/// `ReplicasNotSynced`; the lock is left free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_no_replica_acknowledges_is_undone() {
+    let setup = RedisSentinels::start().await;
+    let client = Client::builder()
+        .sentinel(setup.master_name(), setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .sync_replicas(1, Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let master = setup.master_port().await;
+    let replicas: Vec<u16> = setup
+        .data_ports()
+        .into_iter()
+        .filter(|p| *p != master)
+        .collect();
+    for port in &replicas {
+        setup.pause(*port);
+    }
+    let asked = Instant::now();
+    let result = client.get_lock("unsynced:key").try_lock().await;
+    let took = asked.elapsed();
+    for port in &replicas {
+        setup.resume(*port);
+    }
+    assert!(
+        matches!(
+            result,
+            Err(Error::ReplicasNotSynced {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let mut raw = setup.raw_master().await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("unsynced:key")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!exists, "the unsynced grant was not undone");
+}
+
+/// A grant that never reached a replica is gone after a failover: the holder learns it at its
+/// next renewal (`is_lost`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_the_new_master_never_got_is_reported_lost() {
+    let mut setup = RedisSentinels::start().await;
+    let client = Client::builder()
+        .sentinel(setup.master_name(), setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(Duration::from_millis(1_500))
+        .build()
+        .await
+        .unwrap();
+    let master = setup.master_port().await;
+    let replicas: Vec<u16> = setup
+        .data_ports()
+        .into_iter()
+        .filter(|p| *p != master)
+        .collect();
+    for port in &replicas {
+        setup.pause(*port);
+    }
+    let guard = client.get_lock("unreplicated:key").lock().await.unwrap();
+    let old = setup.kill_master().await;
+    for port in &replicas {
+        setup.resume(*port);
+    }
+    let (new, took) = setup.wait_new_master(old).await;
+    let named = Instant::now();
+    eprintln!("master {old} killed; {new} named after {took:?}");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the vanished hold is reported lost");
+    eprintln!(
+        "reported lost {:?} after the new master was named",
+        named.elapsed()
+    );
+}

@@ -421,6 +421,13 @@ impl Holder {
                     }
                     return Ok(Attempt::Busy { ttl });
                 }
+                Ok(Acquired::NotSynced { acked, wanted }) => {
+                    // Undo the grant: back to the holds the client knows of.
+                    in_flight.repair().await;
+                    in_flight.disarm();
+                    tracing::warn!(lock = %self.name(), acked, wanted, "a grant reached too few replicas; undone");
+                    return Err(Error::ReplicasNotSynced { acked, wanted });
+                }
                 Err(e) if e.outcome_unknown() => {
                     let repaired = in_flight.repair().await;
                     if repaired && e.connection_dropped() && !asked_again {

@@ -20,6 +20,11 @@ pub(crate) enum Acquired {
     Busy {
         ttl: Option<Duration>,
     },
+    /// Granted, but fewer replicas than wanted acknowledged it in time: it must be undone.
+    NotSynced {
+        acked: u32,
+        wanted: u32,
+    },
 }
 
 /// What a release script answered.
@@ -62,8 +67,14 @@ pub(crate) async fn run_acquire(
     call: &ScriptCall,
     name: &str,
 ) -> Result<Acquired> {
-    let (status, value): (i64, i64) = client.executor.run(call, name).await?;
-    parse_acquire(status, value, name)
+    let ((status, value), synced): ((i64, i64), _) = client.executor.run_synced(call, name).await?;
+    let acquired = parse_acquire(status, value, name)?;
+    match (acquired, synced) {
+        (Acquired::Granted { .. }, Some((acked, wanted))) if acked < wanted => {
+            Ok(Acquired::NotSynced { acked, wanted })
+        }
+        (acquired, _) => Ok(acquired),
+    }
 }
 
 /// Runs a force-unlock script (replies 1 when a held lock was freed).
