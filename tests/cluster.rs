@@ -450,3 +450,85 @@ async fn unreachable_seeds_fail_clearly() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Handover works on a cluster: it counts the channel's sharded subscribers (PUBSUB
+/// SHARDNUMSUB), so a release hands the lock to a waiter of its own client without publishing,
+/// and publishes when a Java-style SSUBSCRIBE waiter listens too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handover_counts_sharded_subscribers() {
+    let cluster = RedisCluster::start().await;
+    let client = cluster_client(&cluster, Duration::from_secs(30)).await;
+    for foreign in [false, true] {
+        let name = if foreign { "handed:foreign" } else { "handed:local" };
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+        let mut java = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx)
+            .build()
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        if foreign {
+            java.ssubscribe(&channel).await.unwrap();
+        }
+        let held = client.get_lock(name).lock().await.unwrap();
+        let token = held.fencing_token();
+        let waiter = {
+            let lock = client.get_lock(name);
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.reset_stats().await;
+        held.unlock().await.unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .expect("the local waiter gets the lock")
+            .unwrap();
+        let published = cluster.calls("spublish").await;
+        if foreign {
+            assert_eq!(published, 1, "a foreign sharded waiter must be told");
+            let heard = tokio::time::timeout(Duration::from_secs(2), async {
+                loop {
+                    if pushes.recv().await.unwrap().kind == redis::PushKind::SMessage {
+                        return;
+                    }
+                }
+            })
+            .await;
+            assert!(heard.is_ok(), "the foreign waiter heard nothing");
+        } else {
+            assert_eq!(published, 0, "handed over: the lock was never free");
+            assert_eq!(guard.fencing_token(), token + 1);
+        }
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// A slot whose master and replica are both gone: calls on it fail with a clear error within
+/// the client's timeouts instead of hanging; other slots keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_without_a_master_fails_calls_clearly() {
+    let mut cluster = RedisCluster::start().await;
+    let client = Client::builder()
+        .cluster(cluster.seed_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let doomed = "down:key";
+    let replicas = cluster.replicas_for_key(doomed).await;
+    for port in replicas {
+        cluster.kill_node(port);
+    }
+    cluster.kill_master_of(doomed).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let asked = Instant::now();
+    let result = client.get_lock(doomed).try_lock().await;
+    let took = asked.elapsed();
+    eprintln!("a call on a slot without master: {result:?} after {took:?}");
+    assert!(matches!(result, Err(ferrisson::Error::Redis(_))), "{result:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
