@@ -22,50 +22,49 @@
 -- Errors: WRONGTYPE when a key holds another type. The lock is never changed then (the INCR is
 -- the first write: a server refusing writes refuses it).
 
-local function counter_error(key, err)
-  if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'not an integer', 1, true) then
-    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds no counter')
+-- Cost: every redis.call costs Redis about as much as the command itself again, and each
+-- closure a run defines is an allocation, so the common paths are straight-line code: a free
+-- lock is PTTL, INCR, HSET, PEXPIRE; a busy one PTTL, HEXISTS (BENCHMARKS.md, notes).
+
+local pttl = redis.call('pttl', KEYS[1])
+if pttl ~= -2 then
+  local mine = redis.pcall('hexists', KEYS[1], ARGV[1])
+  if type(mine) == 'table' then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. redis.call('type', KEYS[1]).ok)
   end
-  return redis.error_reply(err)
+  if mine == 0 then
+    return {0, pttl}
+  end
+  if ARGV[3] ~= '1' then
+    redis.call('hincrby', KEYS[1], ARGV[1], 1)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return {2, 0}
+  end
 end
 
-local function grant()
-  local token = redis.pcall('incr', KEYS[2])
-  if type(token) == 'table' then
-    return counter_error(KEYS[2], token.err)
+-- A new grant (the lock is free, or holds a stale hold of this owner).
+local token = redis.pcall('incr', KEYS[2])
+if type(token) == 'table' then
+  if string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true) then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
   end
-  if KEYS[3] then
-    local named = redis.pcall('incr', KEYS[3])
-    if type(named) == 'table' then
-      return counter_error(KEYS[3], named.err)
+  return redis.error_reply(token.err)
+end
+if KEYS[3] then
+  local named = redis.pcall('incr', KEYS[3])
+  if type(named) == 'table' then
+    if string.find(named.err, 'WRONGTYPE', 1, true) or string.find(named.err, 'not an integer', 1, true) then
+      return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
     end
-    if named > token then
-      redis.call('set', KEYS[2], named)
-      token = named
-    elseif token > named then
-      redis.call('set', KEYS[3], token)
-    end
+    return redis.error_reply(named.err)
   end
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token}
-end
-
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
-  return grant()
-end
-if kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
-end
-
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  if ARGV[3] == '1' then
-    return grant()
+  if named > token then
+    redis.call('set', KEYS[2], named)
+    token = named
+  elseif token > named then
+    redis.call('set', KEYS[3], token)
   end
-  redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {2, 0}
 end
-
-return {0, redis.call('pttl', KEYS[1])}
+redis.call('hset', KEYS[1], ARGV[1], 1)
+redis.call('pexpire', KEYS[1], ARGV[2])
+return {1, token}

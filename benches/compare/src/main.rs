@@ -5,9 +5,10 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
-//! for `perf record`), COMPARE_NO_WRITE=1 (print only).
+//! for `perf record`), COMPARE_NO_WRITE=1 (print only), COMPARE_CMDSTATS=1 (print every command's
+//! calls and Redis µs per cycle of workloads 4 and 4b, from INFO commandstats).
 //!
 //! Exits 2 when any library let two holders into a critical section at once (or, in the
 //! semaphore workload, more holders than permits).
@@ -32,6 +33,10 @@ use memory::Memory;
 use server::{RedisServer, redis_benchmark};
 use watchdog::Watchdog;
 use workloads::*;
+
+/// BENCHMARKS.md keeps everything from this line on when the harness rewrites it.
+pub const NOTES_MARKER: &str =
+    "<!-- notes: written by hand; benches/compare keeps them when it rewrites this file -->";
 
 pub const COMMAND: &str = "cargo run --release --manifest-path benches/compare/Cargo.toml";
 
@@ -93,6 +98,8 @@ struct LibResult {
     /// A and B on two clients (two connections of the library).
     hand2: Outcome<Handoff>,
     many: Outcome<ManyKeys>,
+    /// Workload 4b: many tasks over many keys, Zipf-skewed.
+    zipf: Outcome<ManyKeys>,
     wd: Outcome<Watchdog>,
     mem: Outcome<Memory>,
 }
@@ -201,6 +208,7 @@ async fn run_lib_inner<L: Lib>(
         hand: Outcome::Na("not run".into()),
         hand2: Outcome::Na("not run".into()),
         many: Outcome::Na("not run".into()),
+        zipf: Outcome::Na("not run".into()),
         wd: Outcome::Na("n/a: no lease renewal".into()),
         mem: Outcome::Na("not run".into()),
     };
@@ -214,6 +222,7 @@ async fn run_lib_inner<L: Lib>(
             r.hand = Outcome::Failed(f.clone());
             r.hand2 = Outcome::Failed(f.clone());
             r.many = Outcome::Failed(f.clone());
+            r.zipf = Outcome::Failed(f.clone());
             r.mem = Outcome::Failed(f);
             return r;
         }
@@ -272,6 +281,26 @@ async fn run_lib_inner<L: Lib>(
         );
     }
     eprintln!("   many keys done ({:.1} s)", t.elapsed().as_secs_f64());
+    let _ = ctx.flush().await;
+    if workload("zipf") {
+        r.zipf = if L::SYNC {
+            Outcome::Na(format!(
+                "n/a: sync only, {ZIPF_TASKS} tasks would need as many blocking threads"
+            ))
+        } else {
+            Outcome::from(
+                timed(
+                    MANY_DURATION + Duration::from_secs(60),
+                    zipf_keys(lib.clone(), ctx.admin.clone()),
+                )
+                .await,
+            )
+        };
+        eprintln!(
+            "   skewed many keys done ({:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
+    }
     drop(lib);
     let _ = ctx.flush().await;
     if let Some((interval, hold)) = wd.filter(|_| workload("wd")) {
@@ -501,7 +530,7 @@ type WdHold = fn(
     Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>,
 >;
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,wd,mem,sem limits the workloads (and then nothing is written).
+/// COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -701,7 +730,16 @@ async fn async_main() -> Result<()> {
     });
     if std::env::var("COMPARE_NO_WRITE").is_err() && !partial {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../BENCHMARKS.md");
-        std::fs::write(path, document(&tables, &targets, &results, &env))?;
+        // Hand-written notes after the marker survive the rewrite.
+        let notes = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|old| old.find(NOTES_MARKER).map(|at| old[at..].to_owned()));
+        let mut doc = document(&tables, &targets, &results, &env);
+        if let Some(notes) = notes {
+            doc.push('\n');
+            doc.push_str(&notes);
+        }
+        std::fs::write(path, doc)?;
         eprintln!(
             "wrote {}",
             std::path::Path::new(path).canonicalize()?.display()
@@ -717,6 +755,7 @@ async fn async_main() -> Result<()> {
                 || r.hand.violated()
                 || r.hand2.violated()
                 || r.many.violated()
+                || r.zipf.violated()
         })
         .map(|r| r.name)
         .chain(sem.iter().filter(|r| r.sem.violated()).map(|r| r.name))
@@ -772,6 +811,52 @@ fn ratio(a: f64, b: Option<f64>) -> String {
     match b {
         Some(b) if b > 0.0 && !a.is_nan() => format!("{:.2}×", a / b),
         _ => "–".into(),
+    }
+}
+
+/// The rows of a many-keys table (workloads 4 and 4b).
+fn many_rows(
+    t: &mut String,
+    results: &[LibResult],
+    pick: impl Fn(&LibResult) -> &Outcome<ManyKeys>,
+    c50: Option<f64>,
+) {
+    let fer = results
+        .iter()
+        .find(|r| r.kind == Kind::Ferrisson)
+        .and_then(|r| pick(r).ok())
+        .map(|s| s.cycles_per_s);
+    let _ = writeln!(
+        t,
+        "| library | cycles/s | lock ops/s | per task min..max | client CPU % | redis CPU % | client µs/cycle | redis µs/cycle | script exec µs/cycle (% of wall) | vs ferrisson | vs limit |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        match (pick(r), pick(r).cell()) {
+            (Outcome::Ok(s), _) => {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {}..{} | {} | {} | {} | {} | {} ({:.0} %) | {} | {} |",
+                    r.name,
+                    f0(s.cycles_per_s),
+                    f0(2.0 * s.cycles_per_s),
+                    s.per_task_min,
+                    s.per_task_max,
+                    f0(s.client_cpu_pct),
+                    f0(s.server_cpu_pct),
+                    f0(s.client_us_per_cycle),
+                    f0(s.server_us_per_cycle),
+                    f1(s.script_exec_us_per_cycle),
+                    s.script_exec_pct,
+                    ratio(s.cycles_per_s, fer),
+                    ratio(2.0 * s.cycles_per_s, c50),
+                );
+            }
+            (_, Some(c)) => {
+                let _ = writeln!(t, "| {} | {c} | | | | | | | | | |", r.name);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -1023,7 +1108,6 @@ fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String,
     }
 
     // 4. Many keys
-    let fer_many = fer.and_then(|r| r.many.ok()).map(|s| s.cycles_per_s);
     let _ = writeln!(
         t,
         "\n### 4. Many keys: {MANY_TASKS} tasks, each cycling its own key on one client, {} s\n",
@@ -1040,38 +1124,20 @@ fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String,
          µs Redis spent running scripts per cycle and that time as % of the wall time (Redis runs them on one \
          thread, so near 100 % the scripts alone saturate it).\n"
     );
+    many_rows(&mut t, results, |r| &r.many, c50);
     let _ = writeln!(
         t,
-        "| library | cycles/s | lock ops/s | per task min..max | client CPU % | redis CPU % | client µs/cycle | redis µs/cycle | script exec µs/cycle (% of wall) | vs ferrisson | vs limit |"
+        "\n### 4b. Many keys, skewed: {ZIPF_TASKS} tasks over {ZIPF_KEYS} keys on one client, {} s\n",
+        MANY_DURATION.as_secs()
     );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
-        match (&r.many, r.many.cell()) {
-            (Outcome::Ok(s), _) => {
-                let _ = writeln!(
-                    t,
-                    "| {} | {} | {} | {}..{} | {} | {} | {} | {} | {} ({:.0} %) | {} | {} |",
-                    r.name,
-                    f0(s.cycles_per_s),
-                    f0(2.0 * s.cycles_per_s),
-                    s.per_task_min,
-                    s.per_task_max,
-                    f0(s.client_cpu_pct),
-                    f0(s.server_cpu_pct),
-                    f0(s.client_us_per_cycle),
-                    f0(s.server_us_per_cycle),
-                    f1(s.script_exec_us_per_cycle),
-                    s.script_exec_pct,
-                    ratio(s.cycles_per_s, fer_many),
-                    ratio(2.0 * s.cycles_per_s, c50),
-                );
-            }
-            (_, Some(c)) => {
-                let _ = writeln!(t, "| {} | {c} | | | | | | | | | |", r.name);
-            }
-            _ => {}
-        }
-    }
+    let _ = writeln!(
+        t,
+        "Every cycle, a task draws a key by a Zipf law (exponent {ZIPF_S}: the hottest key gets about 10 % of \
+         the draws, the 100 hottest about half), takes a new owner of it (`get_lock`, or the library's \
+         equivalent), locks, releases. Hot keys are contended by many tasks of the client at once, the tail \
+         rarely. The raw baseline, which cannot wait, asks a busy key again after 1 ms. Columns as in 4.\n"
+    );
+    many_rows(&mut t, results, |r| &r.zipf, c50);
 
     // 5. Watchdog
     let fer_wd = fer.and_then(|r| r.wd.ok()).map(|s| s.script_calls_per_tick);
@@ -1299,6 +1365,87 @@ fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String,
             Some(2.0 * m.cycles_per_s >= 0.7 * l),
         ),
         _ => line("many keys".into(), "result or limit missing".into(), None),
+    }
+    // 4, against the raw baseline and the fastest peer of the same run (issue 12)
+    let raw_many = results
+        .iter()
+        .find(|r| r.kind == Kind::Raw)
+        .and_then(|r| r.many.ok());
+    let best_many = results
+        .iter()
+        .filter(|r| r.kind == Kind::Peer)
+        .filter_map(|r| r.many.ok().map(|m| (r.name, m)))
+        .max_by(|a, b| a.1.cycles_per_s.total_cmp(&b.1.cycles_per_s));
+    match (fer.and_then(|r| r.many.ok()), best_many) {
+        (Some(m), Some((peer, p))) => {
+            line(
+                "many keys cycles/s ≥ 1.0× the fastest peer".into(),
+                format!(
+                    "{} vs {} ({peer}) = {}",
+                    f0(m.cycles_per_s),
+                    f0(p.cycles_per_s),
+                    ratio(m.cycles_per_s, Some(p.cycles_per_s))
+                ),
+                Some(m.cycles_per_s >= p.cycles_per_s),
+            );
+            line(
+                "many keys redis µs/cycle ≤ 1.2× the fastest peer's".into(),
+                format!(
+                    "{:.1} vs {:.1} ({peer}) = {}",
+                    m.server_us_per_cycle,
+                    p.server_us_per_cycle,
+                    ratio(m.server_us_per_cycle, Some(p.server_us_per_cycle))
+                ),
+                Some(m.server_us_per_cycle <= 1.2 * p.server_us_per_cycle),
+            );
+        }
+        _ => line(
+            "many keys against the fastest peer".into(),
+            "result missing".into(),
+            None,
+        ),
+    }
+    match (fer.and_then(|r| r.many.ok()), raw_many) {
+        (Some(m), Some(raw)) => {
+            line(
+                "many keys cycles/s ≥ 0.8× raw baseline".into(),
+                format!(
+                    "{} vs {} = {}",
+                    f0(m.cycles_per_s),
+                    f0(raw.cycles_per_s),
+                    ratio(m.cycles_per_s, Some(raw.cycles_per_s))
+                ),
+                Some(m.cycles_per_s >= 0.8 * raw.cycles_per_s),
+            );
+            line(
+                "many keys script exec µs/cycle ≤ 2× raw baseline's".into(),
+                format!(
+                    "{:.1} vs {:.1} = {}",
+                    m.script_exec_us_per_cycle,
+                    raw.script_exec_us_per_cycle,
+                    ratio(
+                        m.script_exec_us_per_cycle,
+                        Some(raw.script_exec_us_per_cycle)
+                    )
+                ),
+                Some(m.script_exec_us_per_cycle <= 2.0 * raw.script_exec_us_per_cycle),
+            );
+            line(
+                "many keys client µs/cycle ≤ 1.2× raw baseline's".into(),
+                format!(
+                    "{:.1} vs {:.1} = {}",
+                    m.client_us_per_cycle,
+                    raw.client_us_per_cycle,
+                    ratio(m.client_us_per_cycle, Some(raw.client_us_per_cycle))
+                ),
+                Some(m.client_us_per_cycle <= 1.2 * raw.client_us_per_cycle),
+            );
+        }
+        _ => line(
+            "many keys against the raw baseline".into(),
+            "result missing".into(),
+            None,
+        ),
     }
     // 5
     if let Some(w) = fer.and_then(|r| r.wd.ok()) {
@@ -1726,6 +1873,7 @@ mod tests {
             hand: na(),
             hand2: na(),
             many: na(),
+            zipf: na(),
             wd: na(),
             mem,
         }

@@ -131,6 +131,34 @@ pub async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> Resul
     Ok(s)
 }
 
+/// Every command's `calls` and `usec` from INFO commandstats (commands run inside scripts
+/// included), by name; for the per-command breakdown that `COMPARE_CMDSTATS=1` prints.
+pub async fn commandstats_by_name(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<std::collections::BTreeMap<String, (u64, u64)>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let mut m = std::collections::BTreeMap::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let field = |f: &str| {
+            rest.split(',')
+                .find_map(|x| x.strip_prefix(f))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        m.insert(name.to_owned(), (field("calls="), field("usec=")));
+    }
+    Ok(m)
+}
+
 fn clk_tck() -> f64 {
     static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TCK.get_or_init(|| {

@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow, bail};
 use tokio::task::JoinHandle;
 
 use crate::libs::{Lib, Owner};
-use crate::server::{CmdStats, commandstats, cpu_now};
+use crate::server::{CmdStats, commandstats, commandstats_by_name, cpu_now};
 
 /// Holders inside a critical section right now; entering past `limit` (1 for a lock, the
 /// permits for a semaphore) panics the task.
@@ -511,34 +511,119 @@ pub struct ManyKeys {
 
 pub const MANY_TASKS: usize = 64;
 pub const MANY_DURATION: Duration = Duration::from_secs(3);
+/// The skewed many-keys workload: this many tasks on one client, each picking a key from
+/// `ZIPF_KEYS` by a Zipf law of exponent `ZIPF_S` for every cycle.
+pub const ZIPF_TASKS: usize = 1000;
+pub const ZIPF_KEYS: usize = 10_000;
+pub const ZIPF_S: f64 = 1.0;
 
+/// How the tasks of a many-keys run pick their keys.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// Task i cycles key i for the whole run, through one owner.
+    Own,
+    /// Every cycle, a key drawn from `ZIPF_KEYS` by Zipf(`ZIPF_S`), through a new owner.
+    Zipf,
+}
+
+/// Workload 4: `MANY_TASKS` tasks, each cycling its own key.
 pub async fn many_keys<L: Lib>(
     lib: Arc<L>,
-    mut admin: redis::aio::MultiplexedConnection,
+    admin: redis::aio::MultiplexedConnection,
 ) -> Result<ManyKeys> {
-    let barrier = Arc::new(tokio::sync::Barrier::new(MANY_TASKS));
+    keyed_cycles(lib, admin, MANY_TASKS, Keys::Own).await
+}
+
+/// Workload 4b: `ZIPF_TASKS` tasks over `ZIPF_KEYS` keys, skewed: the hot keys are contended,
+/// the tail mostly not. A library that cannot wait (the raw baseline) retries a busy key after
+/// 1 ms.
+pub async fn zipf_keys<L: Lib>(
+    lib: Arc<L>,
+    admin: redis::aio::MultiplexedConnection,
+) -> Result<ManyKeys> {
+    lib.retry_when_busy();
+    keyed_cycles(lib, admin, ZIPF_TASKS, Keys::Zipf).await
+}
+
+/// The cumulative Zipf(`ZIPF_S`) distribution over `ZIPF_KEYS` keys (key 0 the hottest).
+fn zipf_cdf() -> Arc<Vec<f64>> {
+    let weights: Vec<f64> = (1..=ZIPF_KEYS).map(|k| (k as f64).powf(-ZIPF_S)).collect();
+    let sum: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    Arc::new(
+        weights
+            .iter()
+            .map(|w| {
+                acc += w / sum;
+                acc
+            })
+            .collect(),
+    )
+}
+
+/// A small per-task random source (xorshift64*), enough to draw keys.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn pick(&mut self, cdf: &[f64]) -> usize {
+        let x = self.next_f64();
+        cdf.partition_point(|&c| c < x).min(cdf.len() - 1)
+    }
+}
+
+async fn keyed_cycles<L: Lib>(
+    lib: Arc<L>,
+    mut admin: redis::aio::MultiplexedConnection,
+    tasks: usize,
+    keys: Keys,
+) -> Result<ManyKeys> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(tasks));
     let start = Arc::new(std::sync::OnceLock::<Instant>::new());
     let cpu0 = Arc::new(std::sync::OnceLock::<(f64, f64)>::new());
     // Taken by one task between two barriers, while every task waits: exactly before the run.
-    let stats0 = Arc::new(tokio::sync::OnceCell::<CmdStats>::new());
+    type ByName = std::collections::BTreeMap<String, (u64, u64)>;
+    let stats0 = Arc::new(tokio::sync::OnceCell::<(CmdStats, ByName)>::new());
+    let by_key: Arc<Vec<Arc<Inside>>> = Arc::new(match keys {
+        Keys::Own => (0..tasks).map(|_| Inside::new()).collect(),
+        Keys::Zipf => (0..ZIPF_KEYS).map(|_| Inside::new()).collect(),
+    });
+    let cdf = zipf_cdf();
+    let prefix = match keys {
+        Keys::Own => "bench_many_",
+        Keys::Zipf => "bench_zipf_",
+    };
     let mut handles = Vec::new();
-    for i in 0..MANY_TASKS {
-        let (lib, barrier, start, cpu0, stats0, admin) = (
+    for i in 0..tasks {
+        let (lib, barrier, start, cpu0, stats0, admin, by_key, cdf) = (
             lib.clone(),
             barrier.clone(),
             start.clone(),
             cpu0.clone(),
             stats0.clone(),
             admin.clone(),
+            by_key.clone(),
+            cdf.clone(),
         );
         handles.push(spawn_task::<L, _, _>(async move {
-            let inside = Inside::new(); // one key per task, so one counter per key
-            let mut o = lib.owner(&format!("bench_many_{i}")).await?;
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0xD1B5_4A32_D192_ED03));
+            let mut o = lib.owner(&format!("{prefix}{i}")).await?;
             o.lock().await?; // warm-up cycle (connections, scripts)
             o.unlock().await?;
             if barrier.wait().await.is_leader() {
                 let mut admin = admin;
-                let _ = stats0.get_or_try_init(|| commandstats(&mut admin)).await;
+                let _ = stats0
+                    .get_or_try_init(|| async {
+                        let total = commandstats(&mut admin).await?;
+                        let named = commandstats_by_name(&mut admin).await?;
+                        Ok::<_, anyhow::Error>((total, named))
+                    })
+                    .await;
             }
             barrier.wait().await;
             let start = *start.get_or_init(|| {
@@ -548,9 +633,17 @@ pub async fn many_keys<L: Lib>(
             let deadline = start + MANY_DURATION;
             let mut n = 0usize;
             while Instant::now() < deadline {
+                let key = match keys {
+                    Keys::Own => i,
+                    Keys::Zipf => {
+                        let k = rng.pick(&cdf);
+                        o = lib.owner(&format!("{prefix}{k}")).await?;
+                        k
+                    }
+                };
                 o.lock().await?;
-                inside.enter(L::NAME);
-                inside.exit();
+                by_key[key].enter(L::NAME);
+                by_key[key].exit();
                 o.unlock().await?;
                 n += 1;
             }
@@ -573,16 +666,33 @@ pub async fn many_keys<L: Lib>(
     }
     let cpu1 = cpu_now();
     let stats1 = commandstats(&mut admin).await?;
+    let named1 = commandstats_by_name(&mut admin).await?;
     if let Some(err) = first_err {
         return Err(err);
     }
     let start = *start.get().unwrap();
     let cpu0 = *cpu0.get().unwrap();
-    let stats0 = *stats0
+    let (stats0, named0) = stats0
         .get()
         .ok_or_else(|| anyhow!("no commandstats before the run"))?;
     let script_us = (stats1.script_usec - stats0.script_usec) as f64;
     let total: usize = counts.iter().sum();
+    if std::env::var("COMPARE_CMDSTATS").is_ok() {
+        // Per cycle: calls and Redis µs of each command (those run inside scripts included).
+        let mut line = format!("cmdstats per cycle, {} ({prefix}):", L::NAME);
+        for (name, (calls, usec)) in &named1 {
+            let (c0, u0) = named0.get(name).copied().unwrap_or((0, 0));
+            if name == "info" || *calls == c0 {
+                continue;
+            }
+            line.push_str(&format!(
+                " {name} {:.2} calls {:.2} us;",
+                (calls - c0) as f64 / total as f64,
+                (usec - u0) as f64 / total as f64
+            ));
+        }
+        eprintln!("{line}");
+    }
     let wall_ms = (end.unwrap() - start).as_secs_f64() * 1000.0;
     Ok(ManyKeys {
         cycles_per_s: total as f64 / (end.unwrap() - start).as_secs_f64(),
@@ -636,6 +746,18 @@ mod tests {
             err.to_string().contains("MUTUAL EXCLUSION VIOLATED"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn zipf_draws_favour_the_first_keys() {
+        let cdf = zipf_cdf();
+        assert!((cdf[ZIPF_KEYS - 1] - 1.0).abs() < 1e-9);
+        let mut rng = Rng(42);
+        let draws: Vec<usize> = (0..100_000).map(|_| rng.pick(&cdf)).collect();
+        let hot = draws.iter().filter(|&&k| k == 0).count() as f64 / draws.len() as f64;
+        // Zipf(1) over 10,000 keys gives key 0 about 1 / H(10000) ≈ 10.2 % of the draws.
+        assert!((0.09..0.115).contains(&hot), "{hot}");
+        assert!(draws.iter().all(|&k| k < ZIPF_KEYS));
     }
 
     #[test]
