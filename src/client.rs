@@ -298,6 +298,12 @@ impl Client {
                 .set_connection_timeout(Some(config.connection_timeout))
                 .set_response_timeout(Some(config.response_timeout + timeout));
             let synced = Arc::new(Connection::new(target.clone(), connection_config));
+            // Opened now, like the command connection: a failure shows at build().
+            capped(config.connection_timeout, synced.open())
+                .await
+                .map_err(|e| {
+                    Error::from_redis_request(e, "", || "the synced connection's set-up".into())
+                })?;
             executor = executor.with_synced(synced, acks, timeout);
         }
         let sharded = executor.probe_sharded().await;

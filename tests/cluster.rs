@@ -459,7 +459,11 @@ async fn handover_counts_sharded_subscribers() {
     let cluster = RedisCluster::start().await;
     let client = cluster_client(&cluster, Duration::from_secs(30)).await;
     for foreign in [false, true] {
-        let name = if foreign { "handed:foreign" } else { "handed:local" };
+        let name = if foreign {
+            "handed:foreign"
+        } else {
+            "handed:local"
+        };
         let channel = format!("redisson_lock__channel:{{{name}}}");
         let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
         let mut java = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
@@ -529,6 +533,62 @@ async fn a_slot_without_a_master_fails_calls_clearly() {
     let result = client.get_lock(doomed).try_lock().await;
     let took = asked.elapsed();
     eprintln!("a call on a slot without master: {result:?} after {took:?}");
-    assert!(matches!(result, Err(ferrisson::Error::Redis(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(ferrisson::Error::Redis(_))),
+        "{result:?}"
+    );
     assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+/// `sync_replicas` on a cluster: the grant and its WAIT go to the key's master; a grant its
+/// replica acknowledged is still there after a manual failover; with the replica frozen, the
+/// grant is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_grants_on_a_cluster() {
+    let cluster = RedisCluster::start().await;
+    let client = Client::builder()
+        .cluster(cluster.seed_urls())
+        .connection_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .sync_replicas(1, Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let replicas = cluster.replicas_for_key("synced:undone").await;
+    for port in &replicas {
+        cluster.pause(*port);
+    }
+    let asked = Instant::now();
+    let result = client.get_lock("synced:undone").try_lock().await;
+    eprintln!("{result:?} after {:?}", asked.elapsed());
+    for port in &replicas {
+        cluster.resume(*port);
+    }
+    assert!(
+        matches!(
+            result,
+            Err(ferrisson::Error::ReplicasNotSynced {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{result:?}"
+    );
+    let master = cluster.master_for_key("synced:undone").await;
+    let mut node = cluster.raw_node(master).await;
+    let exists: bool = node.exists("synced:undone").await.unwrap();
+    assert!(!exists, "the unacknowledged grant was not undone");
+
+    // A replica that acknowledged is promoted with the grant. (After the replicas were
+    // frozen, so that the cluster connection's view of the slots is not refreshed while a
+    // node is frozen: redis-rs then waits for the frozen node until its response timeout.)
+    let guard = client.get_lock("synced:kept").lock().await.unwrap();
+    let (new_master, _) = cluster.failover_manual("synced:kept").await;
+    let mut node = cluster.raw_node(new_master).await;
+    let exists: bool = node.exists("synced:kept").await.unwrap();
+    assert!(
+        exists,
+        "the synced grant is missing on the promoted replica"
+    );
+    guard.unlock().await.unwrap();
 }
