@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handover::HandedHold;
+use crate::lock::in_flight::{Acquiring, InFlight, Queued};
 use crate::lock::leftover::Leftovers;
 pub(crate) use crate::lock::replies::Inspection;
 use crate::lock::replies::{Acquired, inspect_field, run_acquire, run_force_unlock};
@@ -297,7 +298,7 @@ impl Holder {
         result
     }
 
-    async fn leave_queue(&self) {
+    pub(super) async fn leave_queue(&self) {
         let Some(call) = self.ops.leave(&self.owner()) else {
             return;
         };
@@ -574,101 +575,5 @@ impl Holder {
             lease.extended(sent_at, lease_ms);
         }
         Ok(true)
-    }
-}
-
-/// Counts an acquire of a holder as under way while it lives.
-struct Acquiring<'a>(&'a Holder);
-
-impl<'a> Acquiring<'a> {
-    fn new(holder: &'a Holder) -> Self {
-        holder
-            .acquiring
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Acquiring(holder)
-    }
-}
-
-impl Drop for Acquiring<'_> {
-    fn drop(&mut self) {
-        self.0
-            .acquiring
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
-/// up mid-wait), it takes the owner out in the background.
-struct Queued<'a> {
-    holder: &'a Arc<Holder>,
-    armed: bool,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let holder = self.holder.clone();
-            self.holder
-                .inner()
-                .spawn(async move { holder.leave_queue().await });
-        }
-    }
-}
-
-/// An acquire that may have run on the server. Dropped while armed, it spawns the repair that
-/// sets the server back to the hold count the owner knows, keeping the owner's mutex until the
-/// repair is done.
-struct InFlight {
-    holder: Arc<Holder>,
-    holds: Option<OwnedMutexGuard<Holds>>,
-    /// The lease the acquire asked for: how long a grant it may have left behind lives.
-    lease_ms: u64,
-}
-
-impl InFlight {
-    fn disarm(&mut self) -> OwnedMutexGuard<Holds> {
-        self.holds
-            .take()
-            .expect("an in-flight acquire is disarmed once")
-    }
-
-    /// Whether the server is known to match the client's count again.
-    async fn repair(&mut self) -> bool {
-        match &mut self.holds {
-            Some(holds) => repair(&self.holder, holds, self.lease_ms).await,
-            None => false,
-        }
-    }
-}
-
-/// Sets the server back to `holds` after an acquire (asking for `sent_lease_ms`) whose outcome
-/// is unknown; when Redis does not answer, tries again in the background. Returns whether the
-/// server is known to match `holds` now.
-async fn repair(holder: &Arc<Holder>, holds: &mut Holds, sent_lease_ms: u64) -> bool {
-    let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-    match holder
-        .repair_to(&holder.owner(), holds.count, lease_ms)
-        .await
-    {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a leftover is set right in the background");
-            holder.taint(holds, sent_lease_ms.max(lease_ms));
-            false
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(holds) = self.holds.take() {
-            let holder = self.holder.clone();
-            let lease_ms = self.lease_ms;
-            self.holder.inner().spawn(async move {
-                let mut holds = holds;
-                repair(&holder, &mut holds, lease_ms).await;
-                drop(holds);
-            });
-        }
     }
 }

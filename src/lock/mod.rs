@@ -6,6 +6,7 @@ mod fenced;
 mod guard;
 pub(crate) mod handover;
 pub(crate) mod holder;
+mod in_flight;
 mod leftover;
 mod observed;
 mod plain;

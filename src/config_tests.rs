@@ -1,0 +1,135 @@
+//! The builder's checks.
+
+use super::*;
+
+fn builder() -> ClientBuilder {
+    ClientBuilder::default().url("redis://127.0.0.1:1")
+}
+
+#[test]
+fn defaults_match_redisson() {
+    let c = builder().check().unwrap();
+    assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
+    assert_eq!(c.response_timeout, Duration::from_secs(3));
+    assert_eq!(
+        c.fair_queue.thread_wait,
+        Duration::from_secs(300),
+        "Redisson's threadWaitTime"
+    );
+}
+
+#[test]
+fn the_thread_wait_time_outlasts_the_queue_timeout() {
+    let c = builder()
+        .fair_lock_queue_timeout(Duration::from_secs(2))
+        .fair_lock_thread_wait_time(Duration::from_secs(2))
+        .check()
+        .unwrap();
+    assert_eq!(
+        c.fair_queue,
+        FairQueue {
+            timeout: Duration::from_secs(2),
+            thread_wait: Duration::from_secs(2)
+        }
+    );
+    for b in [
+        builder().fair_lock_thread_wait_time(Duration::from_secs(4)),
+        builder()
+            .fair_lock_queue_timeout(Duration::from_secs(600))
+            .fair_lock_thread_wait_time(Duration::from_secs(599)),
+    ] {
+        assert!(
+            matches!(b.check(), Err(Error::Config(m)) if m.contains("at least fair_lock_queue_timeout"))
+        );
+    }
+    assert!(matches!(
+        builder()
+            .fair_lock_queue_timeout(Duration::from_millis(30))
+            .fair_lock_thread_wait_time(Duration::from_millis(29))
+            .check(),
+        Err(Error::Config(m)) if m.contains("between")
+    ));
+}
+
+#[test]
+fn missing_url_is_a_config_error() {
+    let err = ClientBuilder::default().check().unwrap_err();
+    assert!(matches!(err, Error::Config(m) if m.contains("no server given")));
+}
+
+#[test]
+fn topologies_are_checked() {
+    let config = |b: ClientBuilder| b.check().map(|c| c.topology);
+    let seeds = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    assert!(matches!(
+        config(ClientBuilder::default().cluster(seeds)),
+        Ok(Topology::Cluster(s)) if s.len() == 2
+    ));
+    assert!(matches!(
+        config(ClientBuilder::default().sentinel("m", ["redis://127.0.0.1:26379"])),
+        Ok(Topology::Sentinel { master, .. }) if master == "m"
+    ));
+    let refused = |b: ClientBuilder, what: &str| matches!(b.check(), Err(Error::Config(m)) if m.contains(what));
+    let none: [&str; 0] = [];
+    assert!(refused(ClientBuilder::default().cluster(none), "no URL"));
+    assert!(refused(
+        ClientBuilder::default().cluster(["redis://a:1", "rediss://b:2"]),
+        "mix"
+    ));
+    assert!(refused(
+        ClientBuilder::default().cluster(["http://a:1"]),
+        "not a redis"
+    ));
+    assert!(refused(
+        ClientBuilder::default().sentinel("", ["redis://a:1"]),
+        "empty"
+    ));
+    assert!(refused(
+        ClientBuilder::default().url("redis://a:1").cluster(seeds),
+        "not several"
+    ));
+}
+
+#[test]
+fn zero_and_tiny_durations_are_refused() {
+    assert!(matches!(
+        builder().watchdog_timeout(Duration::ZERO).check(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        builder().watchdog_timeout(Duration::from_millis(5)).check(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        builder().response_timeout(Duration::ZERO).check(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        builder().connection_timeout(Duration::ZERO).check(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        builder().recheck_interval(Duration::ZERO).check(),
+        Err(Error::Config(_))
+    ));
+}
+
+#[test]
+fn huge_durations_are_refused_not_overflowed() {
+    for b in [
+        builder().watchdog_timeout(Duration::MAX),
+        builder().response_timeout(Duration::MAX),
+        builder().connection_timeout(Duration::MAX),
+        builder().recheck_interval(Duration::MAX),
+        builder().fair_lock_queue_timeout(Duration::MAX),
+        builder().fair_lock_thread_wait_time(Duration::MAX),
+    ] {
+        assert!(matches!(b.check(), Err(Error::Config(m)) if m.contains("between")));
+    }
+}
+
+#[test]
+fn latch_outlives_every_resend() {
+    let c = builder().check().unwrap();
+    assert!(c.unlock_latch_ttl() > c.round_trip_cap() * 2);
+}
