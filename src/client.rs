@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use crate::config::{ClientBuilder, Config};
 use crate::connection::Connection;
+use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::lock::handover::LocalWaiters;
 use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
@@ -47,23 +47,7 @@ use redis::IntoConnectionInfo;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) config: Config,
-    pub(crate) owners: Owners,
-    pub(crate) executor: Executor,
-    pub(crate) hub: Hub,
-    /// This client's waiters per lock, for releases that hand the lock over.
-    pub(crate) local_waiters: Arc<LocalWaiters>,
-    pub(crate) watchdog: Watchdog,
-    /// What spans and metrics say of this client's objects.
-    pub(crate) observe: crate::observe::Context,
-    /// Dropped with the client: tells the watchdog task to stop.
-    _shutdown: watch::Sender<()>,
-    /// Runs the background work; dropped last, after everything that may still use it.
-    thread: ClientThread,
+    pub(crate) inner: Arc<Core>,
 }
 
 impl std::fmt::Debug for Client {
@@ -139,7 +123,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_lock(&self, name: &str) -> RLock {
-        RLock::new(self.clone(), name)
+        RLock::new(self.inner.clone(), name)
     }
 
     /// A handle on the fair lock `name`: granted in the order the waiters asked, with an owner
@@ -156,7 +140,7 @@ impl Client {
     pub fn get_fair_lock(&self, name: &str) -> RFairLock {
         let ops = FairOps::new(name, self.inner.config.fair_queue);
         RLock::from_holder(
-            crate::lock::holder::Holder::new(self.clone(), Box::new(ops)),
+            crate::lock::holder::Holder::new(self.inner.clone(), Box::new(ops)),
             name,
         )
     }
@@ -174,7 +158,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_read_write_lock(&self, name: &str) -> RReadWriteLock {
-        RReadWriteLock::new(self.clone(), name, RwPolicy::Redisson)
+        RReadWriteLock::new(self.inner.clone(), name, RwPolicy::Redisson)
     }
 
     /// A handle on the read-write lock `name` with `policy`: with
@@ -199,7 +183,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_read_write_lock_with(&self, name: &str, policy: RwPolicy) -> RReadWriteLock {
-        RReadWriteLock::new(self.clone(), name, policy)
+        RReadWriteLock::new(self.inner.clone(), name, policy)
     }
 
     /// A handle on the fenced lock `name`, whose acquire methods return the fencing token
@@ -215,7 +199,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_fenced_lock(&self, name: &str) -> RFencedLock {
-        RFencedLock::new(self.clone(), name)
+        RFencedLock::new(self.inner.clone(), name)
     }
 
     /// A handle on the count-down latch `name`. See [`RCountDownLatch`](crate::RCountDownLatch).
@@ -229,7 +213,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_count_down_latch(&self, name: &str) -> crate::RCountDownLatch {
-        crate::RCountDownLatch::new(self.clone(), name)
+        crate::RCountDownLatch::new(self.inner.clone(), name)
     }
 
     /// A handle on the semaphore `name`. See [`RSemaphore`](crate::RSemaphore).
@@ -243,7 +227,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_semaphore(&self, name: &str) -> crate::RSemaphore {
-        crate::RSemaphore::new(self.clone(), name)
+        crate::RSemaphore::new(self.inner.clone(), name)
     }
 
     /// A handle on the permit-expirable semaphore `name`, whose permits come back by themselves
@@ -259,7 +243,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_permit_expirable_semaphore(&self, name: &str) -> crate::RPermitExpirableSemaphore {
-        crate::RPermitExpirableSemaphore::new(self.clone(), name)
+        crate::RPermitExpirableSemaphore::new(self.inner.clone(), name)
     }
 
     /// A handle on the non-reentrant mutex `name`. See [`RMutex`](crate::RMutex).
@@ -273,7 +257,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_mutex(&self, name: &str) -> crate::RMutex {
-        crate::RMutex::new(self.clone(), name)
+        crate::RMutex::new(self.inner.clone(), name)
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
@@ -350,7 +334,7 @@ impl Client {
             thread.handle(),
         );
         Ok(Client {
-            inner: Arc::new(ClientInner {
+            inner: Arc::new(Core {
                 owners: Owners::new(Uuid::new_v4()),
                 config,
                 executor,
@@ -363,75 +347,6 @@ impl Client {
             }),
         })
     }
-}
-
-impl ClientInner {
-    /// Runs background work of this client (a repair, a handover undo, leaving a fair queue) on
-    /// the client's thread: the one place every lock's background work is started.
-    pub(crate) fn spawn<F>(&self, work: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        self.thread.spawn(work, || {
-            tracing::warn!(
-                "the client's thread is gone, so background work (a repair, a handover undo or \
-                 leaving a fair queue) was dropped; the leases free what it would have"
-            );
-        });
-    }
-
-    /// Runs the release of a dropped guard of lock `lock` on the client's thread; if it cannot
-    /// run there, the warning names the lock, whose lease then frees it.
-    pub(crate) fn spawn_release<F>(&self, lock: String, work: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        self.thread.spawn(work, move || {
-            tracing::warn!(lock = %lock, "the client's thread is gone, so a dropped guard's release cannot run; the lease frees the lock");
-        });
-    }
-}
-
-/// A client of the one server at `url`, with the configured TLS certificates.
-pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<redis::Client> {
-    redis_client_info(config, url.into_connection_info()?)
-}
-
-/// As [`redis_client`], for connection details already parsed.
-#[cfg(not(feature = "tls"))]
-pub(crate) fn redis_client_info(
-    _config: &Config,
-    info: redis::ConnectionInfo,
-) -> redis::RedisResult<redis::Client> {
-    redis::Client::open(info)
-}
-
-/// As [`redis_client`], for connection details already parsed.
-#[cfg(feature = "tls")]
-pub(crate) fn redis_client_info(
-    config: &Config,
-    info: redis::ConnectionInfo,
-) -> redis::RedisResult<redis::Client> {
-    match tls_certificates(config) {
-        Some(certificates) => redis::Client::build_with_tls(info, certificates),
-        None => redis::Client::open(info),
-    }
-}
-
-/// The configured TLS certificates, if any were given.
-#[cfg(feature = "tls")]
-pub(crate) fn tls_certificates(config: &Config) -> Option<redis::TlsCertificates> {
-    let tls = config.tls.as_ref()?;
-    Some(redis::TlsCertificates {
-        client_tls: tls
-            .client_identity
-            .as_ref()
-            .map(|(cert, key)| redis::ClientTlsConfig {
-                client_cert: cert.clone(),
-                client_key: key.clone(),
-            }),
-        root_cert: tls.root_certificates.clone(),
-    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ mod client;
 mod combinator;
 mod config;
 mod connection;
+mod core;
 mod error;
 mod lease;
 mod link;

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::client::ClientInner;
+use crate::core::Core;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::names;
@@ -48,12 +48,7 @@ impl Holds {
 
 /// Asks the current `holds` of the object `name` (its key: `object`) to let go; returns how many
 /// holds were asked (0: nobody holds it, nothing was recorded).
-pub(crate) async fn request(
-    inner: &ClientInner,
-    name: &str,
-    object: &str,
-    holds: Holds,
-) -> Result<usize> {
+pub(crate) async fn request(inner: &Core, name: &str, object: &str, holds: Holds) -> Result<usize> {
     let requests = names::revocations(name);
     let lease_ms = inner.watchdog.lease().as_millis() as u64;
     let call = ScriptCall::new(&REVOKE)
@@ -69,7 +64,7 @@ pub(crate) async fn request(
 /// Resolves once a revocation of the hold `lease` (marked in Redis under any of `marks`) was
 /// requested: at once if it is known already, else when the request's message arrives, a
 /// renewal reports it, or a re-check (every re-check interval) finds the mark.
-pub(crate) async fn requested(inner: &ClientInner, name: &str, marks: &[&str], lease: &Lease) {
+pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], lease: &Lease) {
     if lease.is_revoked() {
         return;
     }
@@ -121,7 +116,7 @@ pub(crate) async fn requested(inner: &ClientInner, name: &str, marks: &[&str], l
 }
 
 /// Whether any of `marks` has a revocation request in `requests`.
-async fn marked(inner: &ClientInner, requests: &str, marks: &[&str]) -> Result<bool> {
+async fn marked(inner: &Core, requests: &str, marks: &[&str]) -> Result<bool> {
     let mut cmd = redis::cmd("HMGET");
     cmd.arg(requests).arg(marks);
     let found: Vec<Option<String>> = inner.executor.read(&cmd, requests).await?;

@@ -61,9 +61,7 @@ impl Target {
     /// The target of a checked configuration.
     pub(crate) fn of(config: &Config) -> RedisResult<Target> {
         Ok(match &config.topology {
-            Topology::Single(url) => {
-                Target::Single(Box::new(crate::client::redis_client(config, url)?))
-            }
+            Topology::Single(url) => Target::Single(Box::new(redis_client(config, url)?)),
             Topology::Cluster(seeds) => Target::Cluster(Arc::new(Cluster {
                 client: Cluster::builder(seeds, config).build()?,
                 seeds: seeds.clone(),
@@ -154,7 +152,7 @@ fn with_tls(builder: ClusterClientBuilder, _: &Config) -> ClusterClientBuilder {
 
 #[cfg(feature = "tls")]
 fn with_tls(builder: ClusterClientBuilder, config: &Config) -> ClusterClientBuilder {
-    match crate::client::tls_certificates(config) {
+    match tls_certificates(config) {
         Some(certificates) => builder.certs(certificates),
         None => builder,
     }
@@ -264,10 +262,7 @@ impl Sentinels {
             _ => ConnectionAddr::Tcp(host, port),
         };
         info = info.set_addr(addr);
-        Ok((
-            crate::client::redis_client_info(&self.config, info)?,
-            address,
-        ))
+        Ok((redis_client_info(&self.config, info)?, address))
     }
 
     /// Makes sure a new connection reached a master: between the sentinels' answer and the
@@ -283,4 +278,46 @@ impl Sentinels {
             .into()),
         }
     }
+}
+
+/// A client of the one server at `url`, with the configured TLS certificates.
+pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<redis::Client> {
+    redis_client_info(config, url.into_connection_info()?)
+}
+
+/// As [`redis_client`], for connection details already parsed.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn redis_client_info(
+    _config: &Config,
+    info: redis::ConnectionInfo,
+) -> redis::RedisResult<redis::Client> {
+    redis::Client::open(info)
+}
+
+/// As [`redis_client`], for connection details already parsed.
+#[cfg(feature = "tls")]
+pub(crate) fn redis_client_info(
+    config: &Config,
+    info: redis::ConnectionInfo,
+) -> redis::RedisResult<redis::Client> {
+    match tls_certificates(config) {
+        Some(certificates) => redis::Client::build_with_tls(info, certificates),
+        None => redis::Client::open(info),
+    }
+}
+
+/// The configured TLS certificates, if any were given.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    let tls = config.tls.as_ref()?;
+    Some(redis::TlsCertificates {
+        client_tls: tls
+            .client_identity
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_certificates.clone(),
+    })
 }

@@ -3,7 +3,9 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::core::Core;
 use crate::error::Result;
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::Holder;
@@ -39,10 +41,10 @@ pub struct RFencedLock {
 }
 
 impl RFencedLock {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
         let ops = PlainOps::fenced(name);
         RFencedLock {
-            lock: RLock::from_holder(Holder::new(client, Box::new(ops)), name),
+            lock: RLock::from_holder(Holder::new(core, Box::new(ops)), name),
         }
     }
 
@@ -170,7 +172,7 @@ impl RFencedLock {
         let key = names::token_key(self.lock.name());
         let mut cmd = redis::cmd("GET");
         cmd.arg(&key);
-        self.lock.client().inner.executor.read(&cmd, &key).await
+        self.lock.core().executor.read(&cmd, &key).await
     }
 }
 

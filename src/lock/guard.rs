@@ -147,7 +147,7 @@ impl LockGuard {
     pub async fn revocation_requested(&self) {
         let target = self.holder.ops.renewal(&self.holder.owner());
         let mark = target.mark();
-        let inner = &self.holder.client.inner;
+        let inner = &self.holder.core;
         crate::revoke::requested(inner, self.holder.name(), &[mark], &self.lease).await;
     }
 
@@ -204,7 +204,7 @@ impl Drop for LockGuard {
 /// `resend`: an earlier send of the same request may have run.
 fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
     let (holder, lease) = (holder.clone(), lease.clone());
-    let inner = holder.client.inner.clone();
+    let inner = holder.core.clone();
     inner.spawn_release(holder.name().to_owned(), async move {
         if let Err(e) = holder.release(&lease, &request_id, resend).await {
             tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");

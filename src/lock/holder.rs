@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientInner};
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
@@ -163,7 +163,7 @@ impl Holds {
 }
 
 pub(crate) struct Holder {
-    pub(crate) client: Client,
+    pub(crate) core: Arc<Core>,
     pub(crate) ops: Box<dyn LockOps>,
     /// Who this holder is in Redis; replaced only while it holds nothing (see
     /// [`leftover`](crate::lock::leftover)).
@@ -194,21 +194,21 @@ impl fmt::Debug for Holder {
 
 impl Holder {
     /// A holder with a fresh owner.
-    pub(crate) fn new(client: Client, ops: Box<dyn LockOps>) -> Self {
-        let owner = client.inner.owners.next_owner();
-        Self::with_owner(client, ops, owner)
+    pub(crate) fn new(core: Arc<Core>, ops: Box<dyn LockOps>) -> Self {
+        let owner = core.owners.next_owner();
+        Self::with_owner(core, ops, owner)
     }
 
     /// A holder for an owner that already has one on another part of the same lock (the read
     /// and write sides of a read-write lock are one owner).
-    pub(crate) fn with_owner(client: Client, ops: Box<dyn LockOps>, owner: Arc<str>) -> Self {
+    pub(crate) fn with_owner(core: Arc<Core>, ops: Box<dyn LockOps>, owner: Arc<str>) -> Self {
         let identity = Identity {
             channel: ops.channel(&owner).into(),
             owner,
         };
         let holds = Holds::default();
         Holder {
-            client,
+            core,
             ops,
             identity: std::sync::Mutex::new(identity),
             tainted: holds.leftovers.hint(),
@@ -240,8 +240,8 @@ impl Holder {
         std::mem::replace(&mut identity.owner, owner)
     }
 
-    pub(crate) fn inner(&self) -> &ClientInner {
-        &self.client.inner
+    pub(crate) fn inner(&self) -> &Core {
+        &self.core
     }
 
     pub(crate) fn name(&self) -> &str {

@@ -163,7 +163,7 @@ impl Holder {
 /// at most `lease_ms` (the hold's lease frees it then).
 pub(super) fn take_back_later(holder: Arc<Holder>, owner: Arc<str>, lease_ms: u64) {
     let until = Instant::now() + Duration::from_millis(lease_ms).min(TRY_FOR);
-    let inner = holder.client.inner.clone();
+    let inner = holder.core.clone();
     inner.spawn(async move {
         let mut pause = RETRY;
         loop {

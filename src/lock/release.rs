@@ -155,7 +155,7 @@ impl Holder {
                             .inner()
                             .local_waiters
                             .releasing(holder.name(), &lease);
-                        let inner = holder.client.inner.clone();
+                        let inner = holder.core.clone();
                         inner.spawn(async move {
                             let mut holds = holds;
                             take_back(&holder, &to, &mut holds, to_lease_ms).await;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::client::ClientInner;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::script::{LOCK_INSPECT, ScriptCall};
 
@@ -62,11 +62,7 @@ pub(crate) struct Inspection {
 }
 
 /// Runs an acquire script and parses its `{status, value}` reply.
-pub(crate) async fn run_acquire(
-    client: &ClientInner,
-    call: &ScriptCall,
-    name: &str,
-) -> Result<Acquired> {
+pub(crate) async fn run_acquire(client: &Core, call: &ScriptCall, name: &str) -> Result<Acquired> {
     let ((status, value), synced): ((i64, i64), _) = client.executor.run_synced(call, name).await?;
     let acquired = parse_acquire(status, value, name)?;
     match (acquired, synced) {
@@ -78,21 +74,13 @@ pub(crate) async fn run_acquire(
 }
 
 /// Runs a force-unlock script (replies 1 when a held lock was freed).
-pub(crate) async fn run_force_unlock(
-    client: &ClientInner,
-    call: &ScriptCall,
-    name: &str,
-) -> Result<bool> {
+pub(crate) async fn run_force_unlock(client: &Core, call: &ScriptCall, name: &str) -> Result<bool> {
     let freed: i64 = client.executor.run(call, name).await?;
     Ok(freed == 1)
 }
 
 /// Reads a lock hash and the hold count in `field`.
-pub(crate) async fn inspect_field(
-    client: &ClientInner,
-    key: &str,
-    field: &str,
-) -> Result<Inspection> {
+pub(crate) async fn inspect_field(client: &Core, key: &str, field: &str) -> Result<Inspection> {
     let call = ScriptCall::new(&LOCK_INSPECT).key(key).arg(field);
     let (locked, holds, pttl): (i64, i64, i64) = client.executor.run_read(&call, key).await?;
     Ok(Inspection {

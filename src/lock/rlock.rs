@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::{Holder, LeaseMode};
@@ -48,13 +48,13 @@ pub struct RLock {
 }
 
 impl RLock {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
-        Self::from_holder(Holder::new(client, Box::new(PlainOps::new(name))), name)
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
+        Self::from_holder(Holder::new(core, Box::new(PlainOps::new(name))), name)
     }
 
     /// An RMutex's owner for one acquire: a plain lock observed as a `mutex`.
-    pub(crate) fn mutex(client: Client, name: &str) -> Self {
-        Self::from_holder(Holder::new(client, Box::new(PlainOps::mutex(name))), name)
+    pub(crate) fn mutex(core: Arc<Core>, name: &str) -> Self {
+        Self::from_holder(Holder::new(core, Box::new(PlainOps::mutex(name))), name)
     }
 
     pub(crate) fn from_holder(holder: Holder, name: &str) -> Self {
@@ -64,8 +64,8 @@ impl RLock {
         }
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.holder.client
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.holder.core
     }
 
     /// The order in which combinators acquire: by name, then server, then kind, so every
@@ -73,14 +73,14 @@ impl RLock {
     pub(crate) fn order_key(&self) -> (&str, &str, &'static str) {
         (
             self.name(),
-            &self.holder.client.inner.config.url,
+            &self.holder.core.config.url,
             self.holder.ops.kind(),
         )
     }
 
     /// The client's watchdog timeout: the lease `lock()` takes.
     pub(crate) fn watchdog_lease(&self) -> Duration {
-        self.holder.client.inner.config.watchdog_timeout
+        self.holder.core.config.watchdog_timeout
     }
 
     /// The lock's name.
@@ -400,7 +400,7 @@ impl RLock {
             _ => crate::revoke::Holds::Lock,
         };
         let name = self.holder.name();
-        crate::revoke::request(&self.holder.client.inner, name, name, holds).await
+        crate::revoke::request(&self.holder.core, name, name, holds).await
     }
 }
 

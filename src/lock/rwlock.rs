@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::core::Core;
 use crate::lock::holder::{Holder, LockOps, ReleaseRequest, flag};
 use crate::lock::rlock::RLock;
 use crate::script::{
@@ -55,19 +55,18 @@ pub struct RReadWriteLock {
 }
 
 impl RReadWriteLock {
-    pub(crate) fn new(client: Client, name: &str, policy: RwPolicy) -> Self {
-        let owner = client.inner.owners.next_owner();
+    pub(crate) fn new(core: Arc<Core>, name: &str, policy: RwPolicy) -> Self {
+        let owner = core.owners.next_owner();
         // A mark lives as long as a fair waiter's place: the same promise (a live waiter keeps
         // it, a dead one loses it within that time), so the same setting.
-        let mark =
-            (policy == RwPolicy::PreferWriters).then_some(client.inner.config.fair_queue.timeout);
+        let mark = (policy == RwPolicy::PreferWriters).then_some(core.config.fair_queue.timeout);
         let sides = RwNames::new(name, &owner, mark);
         let read = Holder::with_owner(
-            client.clone(),
+            core.clone(),
             Box::new(ReadOps(sides.clone())),
             owner.clone(),
         );
-        let write = Holder::with_owner(client, Box::new(WriteOps(sides)), owner);
+        let write = Holder::with_owner(core, Box::new(WriteOps(sides)), owner);
         RReadWriteLock {
             read: RLock::from_holder(read, name),
             write: RLock::from_holder(write, name),

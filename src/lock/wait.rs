@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
+use crate::core::Core;
 use crate::error::Result;
 use crate::lock::handover::{Handed, HandedHold, Registration, Turn};
 
@@ -34,7 +34,7 @@ pub(crate) enum Attempt<T> {
 /// local registration, which unregister on drop (a release that picked this waiter meanwhile
 /// takes the handed hold back); `attempt` answers for what it sent.
 pub(crate) async fn acquire<T, F, Fut, R, H>(
-    client: &ClientInner,
+    client: &Core,
     channel: &str,
     wait: Option<Duration>,
     max_nap: Option<Duration>,

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::observe::Acquire;
 use crate::pubsub::Wake;
@@ -45,7 +47,7 @@ const NEW_COUNT: &str = "1";
 /// ```
 #[derive(Debug, Clone)]
 pub struct RCountDownLatch {
-    client: Client,
+    core: Arc<Core>,
     name: String,
     channel: String,
     /// Why the name was refused, reported by every operation.
@@ -53,7 +55,7 @@ pub struct RCountDownLatch {
 }
 
 impl RCountDownLatch {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
         let channel = format!("redisson_countdownlatch__channel__{{{name}}}");
         let invalid = names::validate(name).err().or_else(|| {
             (slots::key_slot(name) != slots::key_slot(&channel)).then(|| {
@@ -64,7 +66,7 @@ impl RCountDownLatch {
             })
         });
         RCountDownLatch {
-            client,
+            core,
             name: name.to_owned(),
             channel,
             invalid,
@@ -84,8 +86,7 @@ impl RCountDownLatch {
     }
 
     async fn run(&self, call: ScriptCall) -> Result<i64> {
-        self.client
-            .inner
+        self.core
             .executor
             .run(&call.key(&self.name).key(&self.channel), &self.name)
             .await
@@ -173,7 +174,7 @@ impl RCountDownLatch {
         self.check()?;
         let mut cmd = redis::cmd("GET");
         cmd.arg(&self.name);
-        let count: Option<String> = self.client.inner.executor.read(&cmd, &self.name).await?;
+        let count: Option<String> = self.core.executor.read(&cmd, &self.name).await?;
         match count {
             None => Ok(0),
             Some(text) => match text.parse::<i64>() {
@@ -254,7 +255,7 @@ impl RCountDownLatch {
     }
 
     async fn wait(&self, wait: Option<Duration>) -> Result<bool> {
-        let inner = &self.client.inner;
+        let inner = &self.core;
         let observed = Acquire::start(&inner.observe, "latch", self.name(), wait);
         let opened = || observed.attempt(async { Ok(self.get_count().await? == 0) });
         let waited = super::wait_until(inner, &self.channel, Wake::All, wait, opened);

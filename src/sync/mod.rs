@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
+use crate::core::Core;
 use crate::error::Result;
 use crate::pubsub::Wake;
 
@@ -32,7 +32,7 @@ pub(crate) enum Attempt<T> {
 
 /// Waits until `ready` answers true: [`wait_for`] for checks that have nothing to hand back.
 pub(crate) async fn wait_until<F, Fut>(
-    inner: &ClientInner,
+    inner: &Core,
     channel: &str,
     policy: Wake,
     wait: Option<Duration>,
@@ -63,7 +63,7 @@ where
 /// (`Ok(None)`; `wait` `None`: wait for ever). The first try subscribes nothing, so a caller that
 /// need not wait costs one round trip.
 pub(crate) async fn wait_for<T, F, Fut>(
-    inner: &ClientInner,
+    inner: &Core,
     channel: &str,
     policy: Wake,
     wait: Option<Duration>,

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::core::Core;
 use crate::error::Result;
 use crate::lock::{LockGuard, RLock};
 
@@ -35,14 +37,14 @@ use crate::lock::{LockGuard, RLock};
 /// ```
 #[derive(Debug, Clone)]
 pub struct RMutex {
-    client: Client,
+    core: Arc<Core>,
     name: String,
 }
 
 impl RMutex {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
         RMutex {
-            client,
+            core,
             name: name.to_owned(),
         }
     }
@@ -54,7 +56,7 @@ impl RMutex {
 
     /// A new owner for one acquire.
     fn owner(&self) -> RLock {
-        RLock::mutex(self.client.clone(), &self.name)
+        RLock::mutex(self.core.clone(), &self.name)
     }
 
     /// Waits until the mutex is free and takes it (watchdog lease).

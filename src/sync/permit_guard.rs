@@ -327,7 +327,7 @@ impl Drop for PermitGuard {
 /// Sends a release from a background task on the client's thread; failures are logged.
 fn spawn_release(permits: &Arc<Permits>) {
     let permits = permits.clone();
-    let inner = permits.shared.client.inner.clone();
+    let inner = permits.shared.core.clone();
     inner.spawn_release(permits.shared.name.clone(), async move {
         match permits.release().await {
             Ok(()) => {}

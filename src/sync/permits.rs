@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::permit_guard::{PermitGuard, Permits};
 use super::{Attempt, wait_for};
-use crate::client::{Client, ClientInner};
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::observe::Acquire;
@@ -59,7 +59,7 @@ pub struct RPermitExpirableSemaphore {
 
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) client: Client,
+    pub(crate) core: Arc<Core>,
     pub(crate) name: String,
     /// `{name}:timeout`: permit id → expiry in epoch ms.
     pub(crate) timeouts: Arc<str>,
@@ -74,8 +74,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn inner(&self) -> &ClientInner {
-        &self.client.inner
+    pub(crate) fn inner(&self) -> &Core {
+        &self.core
     }
 
     /// The release (or undo, with `tombstone`) of `ids`; replies `{released, free}`.
@@ -123,11 +123,11 @@ impl RPermitExpirableSemaphore {
     /// argument of its scripts).
     pub const MAX_PERMITS_PER_GUARD: u64 = 10_000;
 
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
         let base = names::suffix_base(name);
         RPermitExpirableSemaphore {
             shared: Arc::new(Shared {
-                client,
+                core,
                 name: name.to_owned(),
                 timeouts: format!("{base}:timeout").into(),
                 channel: names::derived("redisson_sc", name).into(),
@@ -144,7 +144,7 @@ impl RPermitExpirableSemaphore {
         &self.shared.name
     }
 
-    fn inner(&self) -> &ClientInner {
+    fn inner(&self) -> &Core {
         self.shared.inner()
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Client, ClientInner};
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::names;
 use crate::observe::Acquire;
@@ -53,7 +53,7 @@ pub struct RSemaphore {
 
 #[derive(Debug)]
 struct Shared {
-    client: Client,
+    core: Arc<Core>,
     name: String,
     channel: String,
     /// `{name}:ferrisson_sc_request:`, the prefix of the acquire records.
@@ -74,10 +74,10 @@ fn checked(n: u64) -> Result<i64> {
 }
 
 impl RSemaphore {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
         RSemaphore {
             shared: Arc::new(Shared {
-                client,
+                core,
                 name: name.to_owned(),
                 channel: names::derived("redisson_sc", name),
                 requests: format!("{}:ferrisson_sc_request:", names::suffix_base(name)),
@@ -91,8 +91,8 @@ impl RSemaphore {
         &self.shared.name
     }
 
-    fn inner(&self) -> &ClientInner {
-        &self.shared.client.inner
+    fn inner(&self) -> &Core {
+        &self.shared.core
     }
 
     fn check(&self) -> Result<()> {

@@ -1,0 +1,69 @@
+//! What every object of one client shares, and the narrow interface the lock engine and the
+//! synchronizers use instead of the client: the settings, owner names, the script executor, the
+//! pub/sub hub, the watchdog, this client's local waiters, and a place to run background work.
+//! [`Client`](crate::Client) is a handle on it; `lock/` and `sync/` depend on this module, never
+//! on `client`.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::lock::handover::LocalWaiters;
+use crate::owner::Owners;
+use crate::pubsub::Hub;
+use crate::runtime::ClientThread;
+use crate::script::Executor;
+use crate::watchdog::Watchdog;
+
+/// One client's shared machinery. Dropped with the last handle, guard and background task.
+pub(crate) struct Core {
+    pub(crate) config: Config,
+    pub(crate) owners: Owners,
+    pub(crate) executor: Executor,
+    pub(crate) hub: Hub,
+    /// This client's waiters per lock, for releases that hand the lock over.
+    pub(crate) local_waiters: Arc<LocalWaiters>,
+    pub(crate) watchdog: Watchdog,
+    /// What spans and metrics say of this client's objects.
+    pub(crate) observe: crate::observe::Context,
+    /// Dropped with the client: tells the watchdog task to stop.
+    pub(crate) _shutdown: watch::Sender<()>,
+    /// Runs the background work; dropped last, after everything that may still use it.
+    pub(crate) thread: ClientThread,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("client_id", &self.owners.client_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// Runs background work of this client (a repair, a handover undo, leaving a fair queue) on
+    /// the client's thread: the one place every lock's background work is started.
+    pub(crate) fn spawn<F>(&self, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.thread.spawn(work, || {
+            tracing::warn!(
+                "the client's thread is gone, so background work (a repair, a handover undo or \
+                 leaving a fair queue) was dropped; the leases free what it would have"
+            );
+        });
+    }
+
+    /// Runs the release of a dropped guard of lock `lock` on the client's thread; if it cannot
+    /// run there, the warning names the lock, whose lease then frees it.
+    pub(crate) fn spawn_release<F>(&self, lock: String, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.thread.spawn(work, move || {
+            tracing::warn!(lock = %lock, "the client's thread is gone, so a dropped guard's release cannot run; the lease frees the lock");
+        });
+    }
+}
