@@ -5,10 +5,10 @@
 //! Run with `cargo run --example cluster`: it uses `REDIS_CLUSTER` (comma-separated seed URLs)
 //! when set, or starts a local 3-master + 3-replica cluster of its own.
 
-#[path = "../tests/support/server.rs"]
-mod server;
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
+#[path = "../tests/support/server.rs"]
+mod server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,10 +27,14 @@ async fn main() -> ferrisson::Result<()> {
         }
     };
     let names = ["example:orders", "example:users", "example:invoices"];
-    let inside: Arc<Vec<AtomicUsize>> = Arc::new(names.iter().map(|_| AtomicUsize::new(0)).collect());
+    let inside: Arc<Vec<AtomicUsize>> =
+        Arc::new(names.iter().map(|_| AtomicUsize::new(0)).collect());
     let mut workers = Vec::new();
     for c in 0..2 {
-        let client = ferrisson::Client::builder().cluster(seeds.clone()).build().await?;
+        let client = ferrisson::Client::builder()
+            .cluster(seeds.clone())
+            .build()
+            .await?;
         for (i, name) in names.iter().enumerate() {
             let lock = client.get_lock(name);
             let inside = inside.clone();
@@ -38,7 +42,11 @@ async fn main() -> ferrisson::Result<()> {
                 for _ in 0..3 {
                     let guard = lock.lock().await?;
                     assert_eq!(inside[i].fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                    println!("client {c}: {} held with token {}", lock.name(), guard.fencing_token());
+                    println!(
+                        "client {c}: {} held with token {}",
+                        lock.name(),
+                        guard.fencing_token()
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     inside[i].fetch_sub(1, Ordering::SeqCst);
                     guard.unlock().await?;

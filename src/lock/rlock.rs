@@ -14,15 +14,15 @@ use crate::names;
 
 /// A reentrant distributed lock, Redisson's `RLock`, with a fencing token on every grant.
 ///
-/// From [`Client::get_lock`] it is a plain lock: in Redis a hash named like the lock, holding one
+/// From [`Client::get_lock`](crate::Client::get_lock) it is a plain lock: in Redis a hash named like the lock, holding one
 /// field `<client-uuid>:<n>` (the owner) whose value is the hold count, with a TTL equal to the
 /// lease. A release that frees it publishes `0` on `redisson_lock__channel:{name}`, which wakes
 /// the waiters. A Java service using Redisson's `RLock` on the same name contends with it
-/// correctly. [`Client::get_fair_lock`] and the two sides of a
+/// correctly. [`Client::get_fair_lock`](crate::Client::get_fair_lock) and the two sides of a
 /// [`RReadWriteLock`](crate::RReadWriteLock) are `RLock`s too, with the same methods.
 ///
 /// Clones are the same owner: locking through a clone is reentrant and each guard gives back
-/// one hold. Two handles from [`Client::get_lock`] are two contenders.
+/// one hold. Two handles from [`Client::get_lock`](crate::Client::get_lock) are two contenders.
 ///
 /// # Examples
 ///

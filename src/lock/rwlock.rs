@@ -33,7 +33,7 @@ const WAKE_ALL: &str = "1";
 ///
 /// Under the default [`RwPolicy::Redisson`], readers are not fair to writers: a steady stream of
 /// overlapping readers keeps a writer waiting (as in Redisson). A handle from
-/// [`Client::get_read_write_lock_with`] and [`RwPolicy::PreferWriters`] lets a waiting writer
+/// [`Client::get_read_write_lock_with`](crate::Client::get_read_write_lock_with) and [`RwPolicy::PreferWriters`] lets a waiting writer
 /// hold new readers back instead.
 ///
 /// # Examples
@@ -110,7 +110,7 @@ impl RReadWriteLock {
 }
 
 /// Whether waiting writers hold new readers back: the policy of one [`RReadWriteLock`] handle,
-/// chosen with [`Client::get_read_write_lock_with`].
+/// chosen with [`Client::get_read_write_lock_with`](crate::Client::get_read_write_lock_with).
 ///
 /// # Cancel safety
 ///
