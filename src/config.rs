@@ -238,8 +238,9 @@ impl ClientBuilder {
     /// asynchronous, and a failover may still promote a replica that had not acknowledged it
     /// (with several replicas and `min_acks` below their number), or lose what a replica had
     /// only in memory; it narrows the window in which a failover forgets a grant, it does not
-    /// close it. Renewals and releases are not synced. It applies to the lock family (RLock,
-    /// fair, read/write, fenced, mutex), not to semaphores or latches.
+    /// close it. Renewals and releases are not synced. It applies to grants of an owner: the
+    /// lock family (RLock, fair, read/write, fenced, mutex) and permit-expirable semaphores'
+    /// permits; not to `RSemaphore` (unowned permits) or latches.
     ///
     /// # Examples
     ///

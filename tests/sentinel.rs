@@ -291,3 +291,51 @@ async fn a_grant_the_new_master_never_got_is_reported_lost() {
         named.elapsed()
     );
 }
+
+/// A permit grant no replica acknowledges is given back too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_no_replica_acknowledges_is_given_back() {
+    let setup = RedisSentinels::start().await;
+    let client = Client::builder()
+        .sentinel(setup.master_name(), setup.sentinel_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .sync_replicas(1, Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let permits = client.get_permit_expirable_semaphore("synced:permits");
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let granted = permits.acquire().await.unwrap();
+    granted.release().await.unwrap();
+    let master = setup.master_port().await;
+    let replicas: Vec<u16> = setup
+        .data_ports()
+        .into_iter()
+        .filter(|p| *p != master)
+        .collect();
+    for port in &replicas {
+        setup.pause(*port);
+    }
+    let result = permits.try_acquire().await;
+    for port in &replicas {
+        setup.resume(*port);
+    }
+    assert!(
+        matches!(
+            result,
+            Err(Error::ReplicasNotSynced {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{result:?}"
+    );
+    let back = tokio::time::timeout(Duration::from_secs(5), async {
+        while permits.available_permits().await.unwrap() != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(back.is_ok(), "the unacknowledged permit was not given back");
+}

@@ -492,9 +492,18 @@ impl RPermitExpirableSemaphore {
             call = call.arg(id.as_str());
         }
         let sent_at = Instant::now();
-        let reply = self.inner().executor.run(&call, self.name()).await;
+        let reply = self
+            .inner()
+            .executor
+            .run_synced::<(i64, i64, i64)>(&call, self.name())
+            .await;
         let (status, value, wait_ms): (i64, i64, i64) = match reply {
-            Ok(reply) => reply,
+            Ok((reply, Some((acked, wanted)))) if reply.0 == 1 && acked < wanted => {
+                // Too few replicas have the grant: `in_flight` gives the permits back.
+                tracing::warn!(semaphore = %self.shared.name, acked, wanted, "a permit grant reached too few replicas; undone");
+                return Err(Error::ReplicasNotSynced { acked, wanted });
+            }
+            Ok((reply, _)) => reply,
             // The undo runs when `in_flight` is dropped.
             Err(e) if e.outcome_unknown() => return Err(e),
             Err(e) => {
