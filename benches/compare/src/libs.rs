@@ -176,6 +176,33 @@ impl Owner for FerrissonOwner {
     }
 }
 
+/// ferrisson on a Redis Cluster (workload 8): `connect` takes the seed URLs joined by commas.
+pub struct FerrissonCluster {
+    pub client: ferrisson::Client,
+}
+
+impl Lib for FerrissonCluster {
+    type O = FerrissonOwner;
+    const NAME: &'static str = "ferrisson (cluster)";
+    async fn connect(seeds: &str) -> Result<Self> {
+        let client = ferrisson::Client::builder()
+            .cluster(seeds.split(','))
+            .build()
+            .await
+            .map_err(e)?;
+        Ok(FerrissonCluster { client })
+    }
+    async fn owner(self: &Arc<Self>, key: &str) -> Result<FerrissonOwner> {
+        Ok(FerrissonOwner {
+            lock: self.client.get_lock(key),
+            guard: None,
+        })
+    }
+    fn config() -> String {
+        "one Client built with `.cluster(seeds)` (every node a seed); otherwise as ferrisson".into()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // rslock 0.10: LockManager::acquire (loops over lock(); lock() does SET NX PX, and on failure the
 // unlock script, then sleeps a random 0..retry_delay) / LockGuard::release.

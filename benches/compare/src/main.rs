@@ -5,7 +5,7 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only), COMPARE_CMDSTATS=1 (print every command's
 //! calls and Redis µs per cycle of workloads 4 and 4b, from INFO commandstats).
@@ -13,6 +13,7 @@
 //! Exits 2 when any library let two holders into a critical section at once (or, in the
 //! semaphore workload, more holders than permits).
 
+mod cluster;
 mod libs;
 mod memory;
 mod semaphore;
@@ -530,7 +531,7 @@ type WdHold = fn(
     Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>,
 >;
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem limits the workloads (and then nothing is written).
+/// COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -697,6 +698,13 @@ async fn async_main() -> Result<()> {
 
     let sem = semaphore_phase(&mut ctx).await;
 
+    // Workload 8: starts (and stops) a local cluster of its own; ferrisson only.
+    let cl = if workload("cluster") && selected(<Ferrisson as Lib>::NAME) {
+        Some(cluster::phase(&mut ctx).await)
+    } else {
+        None
+    };
+
     let elapsed = started.elapsed();
     let env = Env {
         nproc: sh("nproc", &[]),
@@ -714,7 +722,7 @@ async fn async_main() -> Result<()> {
         rustc: sh("rustc", &["--version"]),
         elapsed,
     };
-    let (tables, targets) = render(&results, &sem, &limits);
+    let (tables, targets) = render(&results, &sem, cl.as_ref(), &limits);
     println!("{tables}\n{targets}");
     let partial = [
         "COMPARE_ONLY",
@@ -759,6 +767,11 @@ async fn async_main() -> Result<()> {
         })
         .map(|r| r.name)
         .chain(sem.iter().filter(|r| r.sem.violated()).map(|r| r.name))
+        .chain(
+            cl.iter()
+                .filter(|c| c.one.violated() || c.cluster.violated())
+                .map(|_| "ferrisson (workload 8)"),
+        )
         .collect();
     if !violated.is_empty() {
         eprintln!(
@@ -860,7 +873,12 @@ fn many_rows(
     }
 }
 
-fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String, String) {
+fn render(
+    results: &[LibResult],
+    sem: &[SemResult],
+    cl: Option<&cluster::ClusterResults>,
+    limits: &Limits,
+) -> (String, String) {
     let mut t = String::new();
     let fer = results.iter().find(|r| r.kind == Kind::Ferrisson);
     let raw = results.iter().find(|r| r.kind == Kind::Raw);
@@ -1186,6 +1204,11 @@ fn render(results: &[LibResult], sem: &[SemResult], limits: &Limits) -> (String,
 
     // 7. Semaphore
     t.push_str(&render_semaphore(sem));
+
+    // 8. Cluster
+    if let Some(cl) = cl {
+        t.push_str(&cluster::render(cl));
+    }
 
     // Targets
     let peers: Vec<&LibResult> = results.iter().filter(|r| r.kind == Kind::Peer).collect();
@@ -1783,7 +1806,7 @@ fn document(tables: &str, targets: &str, results: &[LibResult], env: &Env) -> St
          regenerate, from the repository root:\n\n```sh\n{COMMAND}\n```\n\nIt starts one `redis-server` on a \
          free loopback port (`--save '' --appendonly no`), runs every workload on every library against it \
          in one process (a 2-worker tokio runtime), runs `redis-benchmark` against the same server for the \
-         limit, and kills the server at the end.\n"
+         limit, and kills the server at the end. Section 8 starts a local Redis Cluster of its own too.\n"
     );
     let _ = writeln!(d, "- Machine: {} CPUs (`nproc`), {}", env.nproc, env.cpu);
     let _ = writeln!(d, "- Redis: {}", env.redis_version);
@@ -1962,7 +1985,7 @@ mod tests {
             c50: skipped(),
             c50p16: skipped(),
         };
-        let (tables, targets) = render(&results, &[], &limits);
+        let (tables, targets) = render(&results, &[], None, &limits);
         let doc = document(&tables, &targets, &results, &env());
         let section = doc
             .find("### 6. Memory: what 20000 distinct names")
@@ -2032,7 +2055,7 @@ mod tests {
             c50: skipped(),
             c50p16: skipped(),
         };
-        let (tables, targets) = render(&[], &sem, &limits);
+        let (tables, targets) = render(&[], &sem, None, &limits);
         let doc = document(&tables, &targets, &[], &env());
         let section = doc
             .find("### 7. Semaphore: 4 permits, 16 tasks")
@@ -2053,6 +2076,88 @@ mod tests {
             );
         }
         assert!(sem[3].sem.violated());
+    }
+
+    /// The full run writes section 8 with the other tables, before the targets: a row per
+    /// topology in workloads 1 and 4, a failed cluster shown as FAILED, the spread over masters.
+    #[test]
+    fn a_full_run_writes_the_cluster_section() {
+        let seq = |rate: f64, replicas: f64| Sequential {
+            cycles: 9000,
+            ops_per_s: rate,
+            ops_range: (rate - 100.0, rate + 100.0),
+            p50_ms: 0.1,
+            p99_ms: 0.5,
+            cmds_per_cycle: 9.0,
+            scripts_per_cycle: 2.0,
+            script_exec_us_per_cycle: 10.0,
+            reads_per_cycle: 2.0,
+            client_us_per_cycle: 30.0,
+            server_us_per_cycle: 40.0,
+            replica_us_per_cycle: replicas,
+            capped: false,
+        };
+        let many = |rate: f64, per_master: Vec<(f64, f64)>| cluster::ManyRuns {
+            median: ManyKeys {
+                cycles_per_s: rate,
+                per_task_min: 90,
+                per_task_max: 110,
+                client_cpu_pct: 50.0,
+                server_cpu_pct: 60.0,
+                client_us_per_cycle: 10.0,
+                server_us_per_cycle: 12.0,
+                replica_us_per_cycle: f64::NAN,
+                reads_per_cycle: 0.5,
+                p50_ms: 1.0,
+                p99_ms: 2.0,
+                script_exec_us_per_cycle: 7.0,
+                script_exec_pct: 40.0,
+            },
+            range: (rate - 1000.0, rate + 1000.0),
+            per_master,
+        };
+        let cl = cluster::ClusterResults {
+            one: cluster::Topology {
+                seq: Outcome::Ok(seq(5000.0, f64::NAN)),
+                many: Outcome::Ok(many(40000.0, Vec::new())),
+            },
+            cluster: cluster::Topology {
+                seq: Outcome::Ok(seq(2500.0, 20.0)),
+                many: Outcome::Failed("cluster: boom".into()),
+            },
+            keys_per_master: vec![23, 19, 22],
+            startup: Duration::from_secs(3),
+        };
+        let skipped = || Err(anyhow::anyhow!("skipped"));
+        let limits = Limits {
+            c1: skipped(),
+            c50: skipped(),
+            c50p16: skipped(),
+        };
+        let (tables, targets) = render(&[], &[], Some(&cl), &limits);
+        let doc = document(&tables, &targets, &[], &env());
+        let section = doc
+            .find("### 8. Cluster: workloads 1 and 4")
+            .expect("cluster section");
+        assert!(section < doc.find("### Targets").unwrap());
+        for line in [
+            "| one server | 5000 | 4900..5100 | 0.100 | 0.500 | 2.00 | 2.00 | 10.0 | 9.00 | 30 | 40 | – | 1.00× |",
+            "| cluster, 3 masters | 2500 | 2400..2600 | 0.100 | 0.500 | 2.00 | 2.00 | 10.0 | 9.00 | 30 | 40 | 20 | 0.50× |",
+            "| one server | 40000 | 39000..41000 | 1.000 | 2.000 | 90..110 | 0.50 | 50 | 60 | 10 | 12 | – | 7.0 (40 %) | 1.00× |",
+            "| cluster, 3 masters | FAILED: cluster: boom | | | | | | | | | | | | |",
+        ] {
+            assert!(
+                doc.lines().any(|l| l == line),
+                "missing line {line:?} in\n{doc}"
+            );
+        }
+        assert!(
+            doc.contains("fall on the masters (by first slot) 23 / 19 / 22"),
+            "{doc}"
+        );
+        // Not run at all: no section.
+        let (tables, _) = render(&[], &[], None, &limits);
+        assert!(!tables.contains("### 8."));
     }
 
     /// The bound is claimed only for a leftover made of per-slot counters alone.

@@ -13,6 +13,38 @@ use tokio::task::JoinHandle;
 use crate::libs::{Lib, Owner};
 use crate::server::{CmdStats, commandstats, commandstats_by_name, cpu_now};
 
+/// Calls and Redis µs of every command, by name (INFO commandstats).
+pub type ByName = std::collections::BTreeMap<String, (u64, u64)>;
+
+/// Where workloads 1 and 4 read Redis's counters and CPU time: one server (the harness's admin
+/// connection to it, and its process), or every master of a cluster (`cluster::Masters`).
+pub trait Meter: Clone + Send + Sync + 'static {
+    /// INFO stats and commandstats, summed over the servers asked.
+    fn stats(&mut self) -> impl Future<Output = Result<CmdStats>> + Send;
+    /// INFO commandstats by command, summed over the servers asked.
+    fn stats_by_name(&mut self) -> impl Future<Output = Result<ByName>> + Send;
+    /// CPU ms, now, of this process, of the servers asked, and of the servers not asked that
+    /// run for them (a cluster's replicas; NaN when there are none).
+    fn cpu(&self) -> (f64, f64, f64);
+    /// Socket reads one `stats` call adds to the counters it reads (its own INFO, one per server).
+    fn own_reads(&self) -> u64 {
+        1
+    }
+}
+
+impl Meter for redis::aio::MultiplexedConnection {
+    async fn stats(&mut self) -> Result<CmdStats> {
+        commandstats(self).await
+    }
+    async fn stats_by_name(&mut self) -> Result<ByName> {
+        commandstats_by_name(self).await
+    }
+    fn cpu(&self) -> (f64, f64, f64) {
+        let (client, server) = cpu_now();
+        (client, server, f64::NAN)
+    }
+}
+
 /// Holders inside a critical section right now; entering past `limit` (1 for a lock, the
 /// permits for a semaphore) panics the task.
 pub struct Inside {
@@ -123,6 +155,8 @@ pub struct Sequential {
     pub reads_per_cycle: f64,
     pub client_us_per_cycle: f64,
     pub server_us_per_cycle: f64,
+    /// Of the servers that run for those measured (a cluster's replicas; NaN on one server).
+    pub replica_us_per_cycle: f64,
     pub capped: bool,
 }
 
@@ -132,8 +166,10 @@ pub struct SeqRun {
     secs: f64,
     before: CmdStats,
     after: CmdStats,
-    cpu0: (f64, f64),
-    cpu1: (f64, f64),
+    /// Socket reads each INFO of `after` added (one per server asked).
+    info_reads: u64,
+    cpu0: (f64, f64, f64),
+    cpu1: (f64, f64, f64),
     capped: bool,
 }
 
@@ -159,10 +195,11 @@ pub fn aggregate(runs: &[SeqRun]) -> Sequential {
         cmds_per_cycle: sum(&|r| (r.after.total - r.before.total) as f64),
         scripts_per_cycle: sum(&|r| (r.after.scripts - r.before.scripts) as f64),
         script_exec_us_per_cycle: sum(&|r| (r.after.script_usec - r.before.script_usec) as f64),
-        // minus the read of the second INFO itself
-        reads_per_cycle: sum(&|r| (r.after.reads - r.before.reads - 1) as f64),
+        // minus the read of the second INFO itself (one per server)
+        reads_per_cycle: sum(&|r| (r.after.reads - r.before.reads - r.info_reads) as f64),
         client_us_per_cycle: sum(&|r| (r.cpu1.0 - r.cpu0.0) * 1000.0),
         server_us_per_cycle: sum(&|r| (r.cpu1.1 - r.cpu0.1) * 1000.0),
+        replica_us_per_cycle: sum(&|r| (r.cpu1.2 - r.cpu0.2) * 1000.0),
         capped: runs.iter().any(|r| r.capped),
     }
 }
@@ -193,7 +230,7 @@ pub async fn sequential_current_thread<L: Lib>(url: String, cycles: usize) -> Re
 }
 
 /// Runs `work` on a fresh OS thread with its own current-thread runtime; a panic there is an error.
-async fn on_own_thread<T, F, Fut>(work: F) -> Result<T>
+pub async fn on_own_thread<T, F, Fut>(work: F) -> Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> Fut + Send + 'static,
@@ -218,9 +255,11 @@ where
     .await?
 }
 
-async fn sequential_run<L: Lib>(
+/// Workload 1's loop: `cycles` lock+unlock cycles of one owner after `SEQ_WARMUP`, measured
+/// through `meter`.
+pub async fn sequential_run<L: Lib, M: Meter>(
     lib: Arc<L>,
-    mut admin: redis::aio::MultiplexedConnection,
+    mut meter: M,
     cycles: usize,
 ) -> Result<SeqRun> {
     let inside = Inside::new();
@@ -231,8 +270,8 @@ async fn sequential_run<L: Lib>(
         inside.exit();
         o.unlock().await?;
     }
-    let before: CmdStats = commandstats(&mut admin).await?;
-    let cpu0 = cpu_now();
+    let before: CmdStats = meter.stats().await?;
+    let cpu0 = meter.cpu();
     let mut lat = Vec::with_capacity(cycles);
     let start = Instant::now();
     let mut capped = false;
@@ -249,13 +288,14 @@ async fn sequential_run<L: Lib>(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu1 = cpu_now();
-    let after = commandstats(&mut admin).await?;
+    let cpu1 = meter.cpu();
+    let after = meter.stats().await?;
     Ok(SeqRun {
         lat,
         secs,
         before,
         after,
+        info_reads: meter.own_reads(),
         cpu0,
         cpu1,
         capped,
@@ -504,6 +544,14 @@ pub struct ManyKeys {
     pub server_cpu_pct: f64,
     pub client_us_per_cycle: f64,
     pub server_us_per_cycle: f64,
+    /// Of the servers that run for those measured (a cluster's replicas; NaN on one server).
+    pub replica_us_per_cycle: f64,
+    /// Socket reads of the server(s) per cycle (`total_reads_processed`): one read often
+    /// brings several tasks' requests, so this shows how well a connection batches.
+    pub reads_per_cycle: f64,
+    /// Over every cycle of every task (lock call to unlock return).
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     /// Redis time executing scripts per cycle, and as a share of the wall time.
     pub script_exec_us_per_cycle: f64,
     pub script_exec_pct: f64,
@@ -527,20 +575,14 @@ enum Keys {
 }
 
 /// Workload 4: `MANY_TASKS` tasks, each cycling its own key.
-pub async fn many_keys<L: Lib>(
-    lib: Arc<L>,
-    admin: redis::aio::MultiplexedConnection,
-) -> Result<ManyKeys> {
+pub async fn many_keys<L: Lib, M: Meter>(lib: Arc<L>, admin: M) -> Result<ManyKeys> {
     keyed_cycles(lib, admin, MANY_TASKS, Keys::Own).await
 }
 
 /// Workload 4b: `ZIPF_TASKS` tasks over `ZIPF_KEYS` keys, skewed: the hot keys are contended,
 /// the tail mostly not. A library that cannot wait (the raw baseline) retries a busy key after
 /// 1 ms.
-pub async fn zipf_keys<L: Lib>(
-    lib: Arc<L>,
-    admin: redis::aio::MultiplexedConnection,
-) -> Result<ManyKeys> {
+pub async fn zipf_keys<L: Lib, M: Meter>(lib: Arc<L>, admin: M) -> Result<ManyKeys> {
     lib.retry_when_busy();
     keyed_cycles(lib, admin, ZIPF_TASKS, Keys::Zipf).await
 }
@@ -577,17 +619,16 @@ impl Rng {
     }
 }
 
-async fn keyed_cycles<L: Lib>(
+async fn keyed_cycles<L: Lib, M: Meter>(
     lib: Arc<L>,
-    mut admin: redis::aio::MultiplexedConnection,
+    mut admin: M,
     tasks: usize,
     keys: Keys,
 ) -> Result<ManyKeys> {
     let barrier = Arc::new(tokio::sync::Barrier::new(tasks));
     let start = Arc::new(std::sync::OnceLock::<Instant>::new());
-    let cpu0 = Arc::new(std::sync::OnceLock::<(f64, f64)>::new());
+    let cpu0 = Arc::new(std::sync::OnceLock::<(f64, f64, f64)>::new());
     // Taken by one task between two barriers, while every task waits: exactly before the run.
-    type ByName = std::collections::BTreeMap<String, (u64, u64)>;
     let stats0 = Arc::new(tokio::sync::OnceCell::<(CmdStats, ByName)>::new());
     let by_key: Arc<Vec<Arc<Inside>>> = Arc::new(match keys {
         Keys::Own => (0..tasks).map(|_| Inside::new()).collect(),
@@ -612,6 +653,7 @@ async fn keyed_cycles<L: Lib>(
         );
         handles.push(spawn_task::<L, _, _>(async move {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0xD1B5_4A32_D192_ED03));
+            let meter = admin.clone();
             let mut o = lib.owner(&format!("{prefix}{i}")).await?;
             o.lock().await?; // warm-up cycle (connections, scripts)
             o.unlock().await?;
@@ -619,20 +661,22 @@ async fn keyed_cycles<L: Lib>(
                 let mut admin = admin;
                 let _ = stats0
                     .get_or_try_init(|| async {
-                        let total = commandstats(&mut admin).await?;
-                        let named = commandstats_by_name(&mut admin).await?;
+                        let total = admin.stats().await?;
+                        let named = admin.stats_by_name().await?;
                         Ok::<_, anyhow::Error>((total, named))
                     })
                     .await;
             }
             barrier.wait().await;
             let start = *start.get_or_init(|| {
-                cpu0.get_or_init(cpu_now);
+                cpu0.get_or_init(|| meter.cpu());
                 Instant::now()
             });
             let deadline = start + MANY_DURATION;
             let mut n = 0usize;
+            let mut lat = Vec::new();
             while Instant::now() < deadline {
+                let t = Instant::now();
                 let key = match keys {
                     Keys::Own => i,
                     Keys::Zipf => {
@@ -645,18 +689,21 @@ async fn keyed_cycles<L: Lib>(
                 by_key[key].enter(L::NAME);
                 by_key[key].exit();
                 o.unlock().await?;
+                lat.push(ms(t.elapsed()));
                 n += 1;
             }
-            Ok::<_, anyhow::Error>((n, Instant::now()))
+            Ok::<_, anyhow::Error>((n, Instant::now(), lat))
         }));
     }
     let mut counts = Vec::new();
+    let mut lat = Vec::new();
     let mut end = None::<Instant>;
     let mut first_err = None;
     for h in handles {
         match join(h).await {
-            Ok((n, t)) => {
+            Ok((n, t, l)) => {
                 counts.push(n);
+                lat.extend(l);
                 end = Some(end.map_or(t, |e| e.max(t)));
             }
             Err(err) => {
@@ -664,9 +711,10 @@ async fn keyed_cycles<L: Lib>(
             }
         }
     }
-    let cpu1 = cpu_now();
-    let stats1 = commandstats(&mut admin).await?;
-    let named1 = commandstats_by_name(&mut admin).await?;
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let cpu1 = admin.cpu();
+    let stats1 = admin.stats().await?;
+    let named1 = admin.stats_by_name().await?;
     if let Some(err) = first_err {
         return Err(err);
     }
@@ -700,6 +748,10 @@ async fn keyed_cycles<L: Lib>(
         server_cpu_pct: (cpu1.1 - cpu0.1) / wall_ms * 100.0,
         client_us_per_cycle: (cpu1.0 - cpu0.0) * 1000.0 / total as f64,
         server_us_per_cycle: (cpu1.1 - cpu0.1) * 1000.0 / total as f64,
+        replica_us_per_cycle: (cpu1.2 - cpu0.2) * 1000.0 / total as f64,
+        reads_per_cycle: (stats1.reads - stats0.reads - admin.own_reads()) as f64 / total as f64,
+        p50_ms: pct(&lat, 50.0),
+        p99_ms: pct(&lat, 99.0),
         script_exec_us_per_cycle: script_us / total as f64,
         script_exec_pct: script_us / 1000.0 / wall_ms * 100.0,
         per_task_min: *counts.iter().min().unwrap(),
