@@ -43,7 +43,7 @@ impl LuaScript {
         self.sharded.get_or_init(|| {
             let source = self
                 .source
-                .replace("redis.call('publish',", "redis.call('spublish',")
+                .replace("call('publish',", "call('spublish',")
                 .replace("'pubsub', 'numsub'", "'pubsub', 'shardnumsub'");
             let sha = redis::Script::new(&source).get_hash().to_owned();
             (source, sha)
@@ -409,6 +409,25 @@ mod tests {
                 script.name
             );
             assert_eq!(script.sha().len(), 40);
+        }
+    }
+
+    #[test]
+    fn sharded_variants_publish_with_spublish_only() {
+        for script in ALL {
+            let publishes = script.source.matches("call('publish',").count();
+            // Every publish is written the one way the sharded variant rewrites.
+            assert_eq!(
+                script.source.matches("'publish'").count(),
+                publishes,
+                "{} publishes in another form",
+                script.name
+            );
+            let (sharded, sha) = script.sharded();
+            assert!(!sharded.contains("'publish'"), "{}", script.name);
+            assert!(!sharded.contains("'numsub'"), "{}", script.name);
+            assert_eq!(sharded.matches("call('spublish',").count(), publishes);
+            assert_eq!(sha.len(), 40);
         }
     }
 
