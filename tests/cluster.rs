@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ferrisson::{Client, MultiLock};
 use redis::AsyncCommands;
+use support::Contenders;
 use support::cluster::RedisCluster;
 
 async fn cluster_client(cluster: &RedisCluster, recheck: Duration) -> Client {
@@ -347,60 +348,23 @@ async fn a_killed_master_is_replaced_and_grants_resume() {
         .build()
         .await
         .unwrap();
-    let granted = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let lock = client.get_lock("failover:key");
-        let (granted, stop) = (granted.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut longest = Duration::ZERO;
-            while !stop.load(Ordering::SeqCst) {
-                let asked = Instant::now();
-                let result = lock.try_lock_for(Duration::from_millis(300), None).await;
-                longest = longest.max(asked.elapsed());
-                if let Ok(Some(guard)) = result {
-                    granted.lock().unwrap().push(Instant::now());
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    let _ = guard.unlock().await;
-                } else if result.is_err() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            longest
-        }));
-    }
+    let contenders = Contenders::start(&client, "failover:key");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = cluster.kill_master_of("failover:key").await;
     let (promoted, took) = cluster.wait_promoted(killed).await;
     let promoted_at = Instant::now();
     eprintln!("master {killed} killed; {promoted} promoted after {took:?}");
-    let resumed = loop {
-        if let Some(at) = granted.lock().unwrap().iter().find(|at| **at > promoted_at) {
-            break *at - promoted_at;
-        }
-        assert!(
-            promoted_at.elapsed() < Duration::from_secs(10),
-            "no grant within 10 s of the promotion"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let resumed = contenders.resumed_after(promoted_at).await;
     eprintln!("grants resumed {resumed:?} after the promotion was seen");
     assert!(
         resumed < Duration::from_secs(3),
         "grants resumed only after {resumed:?}"
     );
-    stop.store(true, Ordering::SeqCst);
-    for task in tasks {
-        let longest = tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("a contender hung")
-            .unwrap();
-        assert!(
-            longest < Duration::from_secs(5),
-            "one call took {longest:?}"
-        );
-    }
+    let longest = contenders.stop().await;
+    assert!(
+        longest < Duration::from_secs(5),
+        "one call took {longest:?}"
+    );
 }
 
 /// A manual failover (CLUSTER FAILOVER) drops the demoted master's sharded subscriptions: the

@@ -4,69 +4,45 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrisson::{Client, Error};
+use support::Contenders;
 use support::sentinel::RedisSentinels;
 
 async fn sentinel_client(setup: &RedisSentinels, recheck: Duration) -> Client {
-    Client::builder()
+    client_with(setup, |b| b.recheck_interval(recheck)).await
+}
+
+/// A client of `setup` with short timeouts, built from `builder` tweaks.
+async fn client_with(
+    setup: &RedisSentinels,
+    tweak: impl FnOnce(ferrisson::ClientBuilder) -> ferrisson::ClientBuilder,
+) -> Client {
+    let builder = Client::builder()
         .sentinel(setup.master_name(), setup.sentinel_urls())
         .connection_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .recheck_interval(recheck)
-        .build()
-        .await
-        .expect("a sentinel client")
+        .response_timeout(Duration::from_millis(500));
+    tweak(builder).build().await.expect("a sentinel client")
 }
 
-/// Contenders loop on a lock; returns their handles and the grant times they record.
-fn contenders(
-    client: &Client,
-    stop: &Arc<AtomicBool>,
-) -> (
-    Vec<tokio::task::JoinHandle<Duration>>,
-    Arc<std::sync::Mutex<Vec<Instant>>>,
-) {
-    let granted = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let lock = client.get_lock("sentinel:key");
-        let (granted, stop) = (granted.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut longest = Duration::ZERO;
-            while !stop.load(Ordering::SeqCst) {
-                let asked = Instant::now();
-                let result = lock.try_lock_for(Duration::from_millis(300), None).await;
-                longest = longest.max(asked.elapsed());
-                match result {
-                    Ok(Some(guard)) => {
-                        granted.lock().unwrap().push(Instant::now());
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                        let _ = guard.unlock().await;
-                    }
-                    Ok(None) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-            }
-            longest
-        }));
+/// Freezes (SIGSTOP) every replica of the master now; returns them for [`thaw`].
+async fn freeze_replicas(setup: &RedisSentinels) -> Vec<u16> {
+    let master = setup.master_port().await;
+    let replicas: Vec<u16> = setup
+        .data_ports()
+        .into_iter()
+        .filter(|p| *p != master)
+        .collect();
+    for port in &replicas {
+        setup.pause(*port);
     }
-    (tasks, granted)
+    replicas
 }
 
-async fn resumed_after(granted: &std::sync::Mutex<Vec<Instant>>, since: Instant) -> Duration {
-    loop {
-        if let Some(at) = granted.lock().unwrap().iter().find(|at| **at > since) {
-            return *at - since;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(15),
-            "no grant within 15 s of the new master"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+fn thaw(setup: &RedisSentinels, replicas: &[u16]) {
+    for port in replicas {
+        setup.resume(*port);
     }
 }
 
@@ -74,34 +50,24 @@ async fn resumed_after(granted: &std::sync::Mutex<Vec<Instant>>, since: Instant)
 async fn the_client_follows_a_killed_master_and_grants_resume() {
     let mut setup = RedisSentinels::start().await;
     let client = sentinel_client(&setup, Duration::from_millis(200)).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tasks, granted) = contenders(&client, &stop);
+    let contenders = Contenders::start(&client, "sentinel:key");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !granted.lock().unwrap().is_empty(),
-        "no grant before the kill"
-    );
+    assert!(contenders.grants() > 0, "no grant before the kill");
     let old = setup.kill_master().await;
     let (new, took) = setup.wait_new_master(old).await;
     let promoted_at = Instant::now();
     eprintln!("master {old} killed; the sentinels named {new} after {took:?}");
-    let resumed = resumed_after(&granted, promoted_at).await;
+    let resumed = contenders.resumed_after(promoted_at).await;
     eprintln!("grants resumed {resumed:?} after the new master was named");
     assert!(
         resumed < Duration::from_secs(3),
         "grants resumed after {resumed:?}"
     );
-    stop.store(true, Ordering::SeqCst);
-    for task in tasks {
-        let longest = tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("a contender hung")
-            .unwrap();
-        assert!(
-            longest < Duration::from_secs(5),
-            "one call took {longest:?}"
-        );
-    }
+    let longest = contenders.stop().await;
+    assert!(
+        longest < Duration::from_secs(5),
+        "one call took {longest:?}"
+    );
     // The hold is on the new master.
     let guard = client.get_lock("sentinel:key").lock().await.unwrap();
     let mut raw = setup.raw_master().await;
@@ -167,15 +133,11 @@ async fn an_unknown_master_name_fails_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synced_grant_survives_a_failover() {
     let mut setup = RedisSentinels::start().await;
-    let client = Client::builder()
-        .sentinel(setup.master_name(), setup.sentinel_urls())
-        .connection_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .watchdog_timeout(Duration::from_millis(3_000))
-        .sync_replicas(1, Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap();
+    let client = client_with(&setup, |b| {
+        b.watchdog_timeout(Duration::from_millis(3_000))
+            .sync_replicas(1, Duration::from_millis(500))
+    })
+    .await;
     let guard = client.get_lock("synced:key").lock().await.unwrap();
     let old = setup.kill_master().await;
     let (new, took) = setup.wait_new_master(old).await;
@@ -210,29 +172,12 @@ async fn a_synced_grant_survives_a_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_no_replica_acknowledges_is_undone() {
     let setup = RedisSentinels::start().await;
-    let client = Client::builder()
-        .sentinel(setup.master_name(), setup.sentinel_urls())
-        .connection_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .sync_replicas(1, Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
-    let master = setup.master_port().await;
-    let replicas: Vec<u16> = setup
-        .data_ports()
-        .into_iter()
-        .filter(|p| *p != master)
-        .collect();
-    for port in &replicas {
-        setup.pause(*port);
-    }
+    let client = client_with(&setup, |b| b.sync_replicas(1, Duration::from_millis(300))).await;
+    let replicas = freeze_replicas(&setup).await;
     let asked = Instant::now();
     let result = client.get_lock("unsynced:key").try_lock().await;
     let took = asked.elapsed();
-    for port in &replicas {
-        setup.resume(*port);
-    }
+    thaw(&setup, &replicas);
     assert!(
         matches!(
             result,
@@ -258,28 +203,11 @@ async fn a_grant_no_replica_acknowledges_is_undone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_the_new_master_never_got_is_reported_lost() {
     let mut setup = RedisSentinels::start().await;
-    let client = Client::builder()
-        .sentinel(setup.master_name(), setup.sentinel_urls())
-        .connection_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .watchdog_timeout(Duration::from_millis(1_500))
-        .build()
-        .await
-        .unwrap();
-    let master = setup.master_port().await;
-    let replicas: Vec<u16> = setup
-        .data_ports()
-        .into_iter()
-        .filter(|p| *p != master)
-        .collect();
-    for port in &replicas {
-        setup.pause(*port);
-    }
+    let client = client_with(&setup, |b| b.watchdog_timeout(Duration::from_millis(1_500))).await;
+    let replicas = freeze_replicas(&setup).await;
     let guard = client.get_lock("unreplicated:key").lock().await.unwrap();
     let old = setup.kill_master().await;
-    for port in &replicas {
-        setup.resume(*port);
-    }
+    thaw(&setup, &replicas);
     let (new, took) = setup.wait_new_master(old).await;
     let named = Instant::now();
     eprintln!("master {old} killed; {new} named after {took:?}");
@@ -296,31 +224,14 @@ async fn a_grant_the_new_master_never_got_is_reported_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_no_replica_acknowledges_is_given_back() {
     let setup = RedisSentinels::start().await;
-    let client = Client::builder()
-        .sentinel(setup.master_name(), setup.sentinel_urls())
-        .connection_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .sync_replicas(1, Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let client = client_with(&setup, |b| b.sync_replicas(1, Duration::from_millis(300))).await;
     let permits = client.get_permit_expirable_semaphore("synced:permits");
     assert!(permits.try_set_permits(1).await.unwrap());
     let granted = permits.acquire().await.unwrap();
     granted.release().await.unwrap();
-    let master = setup.master_port().await;
-    let replicas: Vec<u16> = setup
-        .data_ports()
-        .into_iter()
-        .filter(|p| *p != master)
-        .collect();
-    for port in &replicas {
-        setup.pause(*port);
-    }
+    let replicas = freeze_replicas(&setup).await;
     let result = permits.try_acquire().await;
-    for port in &replicas {
-        setup.resume(*port);
-    }
+    thaw(&setup, &replicas);
     assert!(
         matches!(
             result,

@@ -184,3 +184,81 @@ impl HolderProcess {
         self.child.wait().await.expect("reap the holder");
     }
 }
+
+/// Tasks that loop taking and releasing one lock until stopped, recording when each grant
+/// came: for failover tests, which check that grants resume and that no call hangs.
+pub struct Contenders {
+    tasks: Vec<tokio::task::JoinHandle<Duration>>,
+    granted: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Contenders {
+    /// Four tasks on `client`'s lock `name`, each asking with `try_lock_for(300 ms)`.
+    pub fn start(client: &ferrisson::Client, name: &str) -> Contenders {
+        use std::sync::atomic::Ordering;
+        let granted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let lock = client.get_lock(name);
+            let (granted, stop) = (granted.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut longest = Duration::ZERO;
+                while !stop.load(Ordering::SeqCst) {
+                    let asked = std::time::Instant::now();
+                    let result = lock.try_lock_for(Duration::from_millis(300), None).await;
+                    longest = longest.max(asked.elapsed());
+                    match result {
+                        Ok(Some(guard)) => {
+                            granted.lock().unwrap().push(std::time::Instant::now());
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            let _ = guard.unlock().await;
+                        }
+                        Ok(None) => {}
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+                longest
+            }));
+        }
+        Contenders {
+            tasks,
+            granted,
+            stop,
+        }
+    }
+
+    /// How many grants so far.
+    pub fn grants(&self) -> usize {
+        self.granted.lock().unwrap().len()
+    }
+
+    /// How long after `since` the first grant came (waits for one, at most 15 s).
+    pub async fn resumed_after(&self, since: std::time::Instant) -> Duration {
+        loop {
+            if let Some(at) = self.granted.lock().unwrap().iter().find(|at| **at > since) {
+                return *at - since;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(15),
+                "no grant within 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the tasks (each must end within 10 s) and returns the longest call any made.
+    pub async fn stop(self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut longest = Duration::ZERO;
+        for task in self.tasks {
+            let took = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("a contender hung")
+                .unwrap();
+            longest = longest.max(took);
+        }
+        longest
+    }
+}
