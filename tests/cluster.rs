@@ -206,14 +206,17 @@ async fn every_kind_works_on_a_cluster_with_its_keys_in_one_slot() {
     }
 }
 
-/// A Java Redisson 3.22+ waiter on a Redis 7 cluster listens with SSUBSCRIBE on the lock's
-/// channel: ferrisson's release reaches it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sharded_subscriber_hears_ferrisson_s_release() {
-    let cluster = RedisCluster::start().await;
-    let client = cluster_client(&cluster, Duration::from_secs(30)).await;
-    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
-    let mut java = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
+/// A Java Redisson 3.22+ waiter on a Redis 7 cluster: a RESP3 connection subscribed with
+/// SSUBSCRIBE to `channel`; its pushes arrive on the receiver.
+async fn sharded_listener(
+    cluster: &RedisCluster,
+    channel: &str,
+) -> (
+    redis::cluster_async::ClusterConnection,
+    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) {
+    let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+    let mut conn = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(tx)
         .build()
@@ -221,12 +224,15 @@ async fn a_sharded_subscriber_hears_ferrisson_s_release() {
         .get_async_connection()
         .await
         .unwrap();
-    java.ssubscribe("redisson_lock__channel:{orders:1}")
-        .await
-        .unwrap();
-    let guard = client.get_lock("orders:1").lock().await.unwrap();
-    guard.unlock().await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(3), async {
+    conn.ssubscribe(channel).await.unwrap();
+    (conn, pushes)
+}
+
+/// The next sharded message a [`sharded_listener`] gets, within 3 s.
+async fn next_sharded_message(
+    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) -> Option<redis::PushInfo> {
+    tokio::time::timeout(Duration::from_secs(3), async {
         loop {
             let push = pushes.recv().await.expect("pushes");
             if push.kind == redis::PushKind::SMessage {
@@ -235,7 +241,21 @@ async fn a_sharded_subscriber_hears_ferrisson_s_release() {
         }
     })
     .await
-    .expect("the SSUBSCRIBE waiter heard the unlock");
+    .ok()
+}
+
+/// A Java Redisson 3.22+ waiter on a Redis 7 cluster listens with SSUBSCRIBE on the lock's
+/// channel: ferrisson's release reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_subscriber_hears_ferrisson_s_release() {
+    let cluster = RedisCluster::start().await;
+    let client = cluster_client(&cluster, Duration::from_secs(30)).await;
+    let (_java, mut pushes) = sharded_listener(&cluster, "redisson_lock__channel:{orders:1}").await;
+    let guard = client.get_lock("orders:1").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    let heard = next_sharded_message(&mut pushes)
+        .await
+        .expect("the SSUBSCRIBE waiter heard the unlock");
     let payload: String = redis::from_redis_value(heard.data[1].clone()).unwrap();
     assert_eq!(payload, "0", "Redisson's unlock message");
 }
@@ -429,18 +449,13 @@ async fn handover_counts_sharded_subscribers() {
             "handed:local"
         };
         let channel = format!("redisson_lock__channel:{{{name}}}");
-        let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
-        let mut java = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(tx)
-            .build()
-            .unwrap()
-            .get_async_connection()
-            .await
-            .unwrap();
-        if foreign {
-            java.ssubscribe(&channel).await.unwrap();
-        }
+        // A foreign waiter listens on the lock's channel; the other case listens elsewhere.
+        let listened = if foreign {
+            channel.clone()
+        } else {
+            format!("{channel}:unused")
+        };
+        let (_java, mut pushes) = sharded_listener(&cluster, &listened).await;
         let held = client.get_lock(name).lock().await.unwrap();
         let token = held.fencing_token();
         let waiter = {
@@ -457,15 +472,8 @@ async fn handover_counts_sharded_subscribers() {
         let published = cluster.calls("spublish").await;
         if foreign {
             assert_eq!(published, 1, "a foreign sharded waiter must be told");
-            let heard = tokio::time::timeout(Duration::from_secs(2), async {
-                loop {
-                    if pushes.recv().await.unwrap().kind == redis::PushKind::SMessage {
-                        return;
-                    }
-                }
-            })
-            .await;
-            assert!(heard.is_ok(), "the foreign waiter heard nothing");
+            let heard = next_sharded_message(&mut pushes).await;
+            assert!(heard.is_some(), "the foreign waiter heard nothing");
         } else {
             assert_eq!(published, 0, "handed over: the lock was never free");
             assert_eq!(guard.fencing_token(), token + 1);
