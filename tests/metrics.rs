@@ -402,11 +402,19 @@ async fn handovers_are_counted() {
     let first = client.get_lock("metrics:handed");
     let guard = first.lock().await.unwrap();
     let second = client.get_lock("metrics:handed");
+    let asked = server.calls("evalsha").await;
     let waiter = tokio::spawn(async move { second.lock().await });
     eventually("a waiter", |s| {
         s.gauge("ferrisson_waiters{kind=lock}") == 1.0
     })
     .await;
+    // Only a waiter that asked Redis, subscribed and napped may be handed the lock (see
+    // tests/handover.rs): its first attempt reaches Redis, and a pause lets the rest come back.
+    assert!(
+        server.calls_reach("evalsha", asked + 1).await,
+        "the waiter never asked Redis"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
     guard.unlock().await.unwrap();
     let handed = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
