@@ -286,6 +286,30 @@ impl Executor {
         }
     }
 
+    /// Runs a script that may be sent any number of times (an undo), in the background's way:
+    /// tried again, 100 ms apart doubling to 2 s, until Redis answers or `for_at_most` has
+    /// passed. The error is the last one, once it gave up.
+    pub(crate) async fn run_until_answered(
+        &self,
+        call: &ScriptCall,
+        key: &str,
+        for_at_most: Duration,
+    ) -> Result<Value> {
+        let give_up = tokio::time::Instant::now() + for_at_most;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.run::<Value>(call, key).await {
+                Ok(value) => return Ok(value),
+                Err(e) if tokio::time::Instant::now() >= give_up => return Err(e),
+                Err(e) => {
+                    tracing::debug!(script = call.script.name, object = %key, error = %e, "retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
     /// Loads every script: in one round trip on one server; on a cluster, each script to
     /// every node (a pipeline there goes to one node only).
     pub(crate) async fn load_all(&self) -> Result<()> {

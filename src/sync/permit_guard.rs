@@ -245,14 +245,7 @@ impl PermitGuard {
     /// # Ok(()) }
     /// ```
     pub async fn update_lease(&self, lease: Duration) -> Result<()> {
-        let lease_ms = match u64::try_from(lease.as_millis()) {
-            Ok(ms) if ms >= 1 && ms <= i64::MAX as u64 / 2 => ms,
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "a permit lease must be at least 1 ms, got {lease:?}"
-                )));
-            }
-        };
+        let lease_ms = super::permits::checked_lease(lease)?;
         let permits = &self.permits;
         let inner = permits.shared.inner();
         if let Some(id) = permits.take_renewal() {

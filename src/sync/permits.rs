@@ -109,7 +109,7 @@ fn checked(n: u64) -> Result<usize> {
 }
 
 /// Checks a lease: at least a millisecond.
-fn checked_lease(lease: Duration) -> Result<u64> {
+pub(super) fn checked_lease(lease: Duration) -> Result<u64> {
     match u64::try_from(lease.as_millis()) {
         Ok(ms) if ms >= 1 && ms <= i64::MAX as u64 / 2 => Ok(ms),
         _ => Err(Error::InvalidArgument(format!(
@@ -570,26 +570,9 @@ impl Drop for Undo {
         let tombstone = std::mem::take(&mut self.tombstone);
         self.shared.inner().spawn(async move {
             let call = shared.release_call(&ids, Some(&tombstone));
-            let give_up = Instant::now() + UNDO_FOR;
-            let mut pause = Duration::from_millis(100);
-            loop {
-                let result = shared
-                    .inner()
-                    .executor
-                    .run::<(i64, i64)>(&call, &shared.name)
-                    .await;
-                match result {
-                    Ok(_) => return,
-                    Err(e) if Instant::now() >= give_up => {
-                        tracing::warn!(semaphore = %shared.name, error = %e, "could not undo an acquire whose answer was lost; its permits come back when their lease runs out");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(semaphore = %shared.name, error = %e, "undoing an acquire failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
-                    }
-                }
+            let undone = shared.inner().executor.run_until_answered(&call, &shared.name, UNDO_FOR);
+            if let Err(e) = undone.await {
+                tracing::warn!(semaphore = %shared.name, error = %e, "could not undo an acquire whose answer was lost; its permits come back when their lease runs out");
             }
         });
     }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::Core;
@@ -402,21 +401,9 @@ impl Drop for Undo {
                 .arg(record_ms);
             // Tried until Redis answers (for a minute): a permit taken and never given back is
             // lost for good.
-            let give_up = Instant::now() + UNDO_FOR;
-            let mut pause = Duration::from_millis(100);
-            loop {
-                match semaphore.inner().executor.run::<i64>(&call, &shared.name).await {
-                    Ok(_) => return,
-                    Err(e) if Instant::now() >= give_up => {
-                        tracing::warn!(semaphore = %shared.name, error = %e, "could not undo an acquire whose answer was lost: its permits may be lost");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(semaphore = %shared.name, error = %e, "undoing an acquire failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
-                    }
-                }
+            let undone = semaphore.inner().executor.run_until_answered(&call, &shared.name, UNDO_FOR);
+            if let Err(e) = undone.await {
+                tracing::warn!(semaphore = %shared.name, error = %e, "could not undo an acquire whose answer was lost: its permits may be lost");
             }
         });
     }
