@@ -87,12 +87,21 @@ pub(crate) fn token_key(name: &str) -> String {
     derived("redisson_lock_token", name)
 }
 
-/// The prefix of the short-lived keys that make a resent release idempotent.
+/// The short-lived key that makes a resent release idempotent:
+/// `redisson_unlock_latch:{name}:<request-id>`.
+#[cfg(test)]
 pub(crate) fn unlock_latch_key(name: &str, request_id: &str) -> String {
-    let mut key = derived("redisson_unlock_latch", name);
-    key.push(':');
-    key.push_str(request_id);
-    key
+    unlock_latch_pieces(name, request_id).concat()
+}
+
+/// [`unlock_latch_key`] in pieces, for a script call to write without building it first.
+pub(crate) fn unlock_latch_pieces<'a>(name: &'a str, request_id: &'a str) -> [&'a str; 6] {
+    let (open, close) = if name.contains('{') {
+        ("", "")
+    } else {
+        ("{", "}")
+    };
+    ["redisson_unlock_latch:", open, name, close, ":", request_id]
 }
 
 #[cfg(test)]
@@ -106,6 +115,10 @@ mod tests {
         assert_eq!(
             unlock_latch_key("orders", "r1"),
             "redisson_unlock_latch:{orders}:r1"
+        );
+        assert_eq!(
+            unlock_latch_key("{t}x", "r1"),
+            "redisson_unlock_latch:{t}x:r1"
         );
     }
 

@@ -4,6 +4,7 @@
 //! second part is a per-client counter handed out when a lock handle is created: a handle and
 //! its clones are one owner, two handles are two contenders.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,6 +14,8 @@ use uuid::Uuid;
 #[derive(Debug)]
 pub(crate) struct Owners {
     client: Uuid,
+    /// `client` as text, written once (formatting a UUID costs more than the rest of a name).
+    client_text: Box<str>,
     next_owner: AtomicU64,
     next_request: AtomicU64,
 }
@@ -21,6 +24,7 @@ impl Owners {
     pub(crate) fn new(client: Uuid) -> Self {
         Owners {
             client,
+            client_text: client.to_string().into(),
             next_owner: AtomicU64::new(1),
             next_request: AtomicU64::new(1),
         }
@@ -33,13 +37,17 @@ impl Owners {
     /// A fresh owner name, `<client-uuid>:<n>`.
     pub(crate) fn next_owner(&self) -> Arc<str> {
         let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.client).into()
+        format!("{}:{n}", self.client_text).into()
     }
 
     /// A request id unique across clients and processes, for idempotent releases.
     pub(crate) fn next_request_id(&self) -> String {
         let n = self.next_request.fetch_add(1, Ordering::Relaxed);
-        format!("{}:r{n}", self.client)
+        let mut id = String::with_capacity(self.client_text.len() + 22);
+        id.push_str(&self.client_text);
+        // Within the capacity: the only allocation is the one above.
+        let _ = write!(id, ":r{n}");
+        id
     }
 }
 

@@ -8,7 +8,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, ToRedisArgs, Value};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs, Value,
+};
 
 use crate::connection::Connection;
 use crate::error::{Error, Result};
@@ -111,37 +113,72 @@ scripts! {
 }
 
 /// One invocation of a script: its keys, then its arguments.
+///
+/// Every key and argument is written into one buffer, so a call costs two allocations however
+/// many parts it has (the client's allocations are the largest part of its cost per lock
+/// operation: see `benches/allocs.rs`).
 #[derive(Debug)]
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// The keys and arguments, back to back.
+    bytes: Vec<u8>,
+    /// Where each key or argument starts in `bytes` (it ends where the next one starts), and
+    /// whether it is a key.
+    parts: Vec<(usize, bool)>,
 }
 
 impl ScriptCall {
     pub(crate) fn new(script: &'static LuaScript) -> Self {
         ScriptCall {
             script,
-            keys: Vec::with_capacity(3),
-            args: Vec::with_capacity(4),
+            // A release's keys and arguments (a name, its channel and latch key, an owner and
+            // a request id, both with a UUID) take about 200 bytes.
+            bytes: Vec::with_capacity(256),
+            parts: Vec::with_capacity(8),
         }
     }
 
     pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
-        self.keys.extend(key.to_redis_args());
+        key.write_redis_args(&mut Parts {
+            call: &mut self,
+            keys: true,
+        });
         self
     }
 
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        self.args.extend(arg.to_redis_args());
+        arg.write_redis_args(&mut Parts {
+            call: &mut self,
+            keys: false,
+        });
         self
+    }
+
+    /// One key written in pieces, without building it first (`prefix:{name}:id` and such).
+    pub(crate) fn key_concat(mut self, pieces: &[&str]) -> Self {
+        self.parts.push((self.bytes.len(), true));
+        for piece in pieces {
+            self.bytes.extend_from_slice(piece.as_bytes());
+        }
+        self
+    }
+
+    /// The keys, or the arguments, in the order they were given.
+    fn of_kind(&self, keys: bool) -> impl Iterator<Item = &[u8]> {
+        self.parts
+            .iter()
+            .enumerate()
+            .filter(move |(_, (_, key))| *key == keys)
+            .map(|(i, (start, _))| {
+                let end = self.parts.get(i + 1).map_or(self.bytes.len(), |p| p.0);
+                &self.bytes[*start..end]
+            })
     }
 
     /// What a refusal names: the script and every key it was given.
     fn describe(&self) -> String {
         let keys: Vec<String> = self
-            .keys
-            .iter()
+            .of_kind(true)
             .map(|k| String::from_utf8_lossy(k).into_owned())
             .collect();
         format!(
@@ -152,12 +189,52 @@ impl ScriptCall {
     }
 
     fn evalsha(&self, sharded: bool) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.sha_for(sharded))
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        let keys = self.parts.iter().filter(|(_, key)| *key).count();
+        // EVALSHA, the SHA (40 bytes) and the key count (at most 20 digits), then the parts.
+        let mut cmd = Cmd::with_capacity(3 + self.parts.len(), 67 + self.bytes.len());
+        cmd.arg("EVALSHA")
+            .arg(self.script.sha_for(sharded))
+            .arg(keys);
+        for part in self.of_kind(true).chain(self.of_kind(false)) {
+            cmd.arg(part);
+        }
         cmd
+    }
+}
+
+/// Writes keys or arguments into a [`ScriptCall`].
+struct Parts<'a> {
+    call: &'a mut ScriptCall,
+    keys: bool,
+}
+
+impl RedisWrite for Parts<'_> {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.call.parts.push((self.call.bytes.len(), self.keys));
+        self.call.bytes.extend_from_slice(arg);
+    }
+
+    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
+        use std::io::Write as _;
+        self.call.parts.push((self.call.bytes.len(), self.keys));
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.call.bytes, "{arg}");
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        self.call.parts.push((self.call.bytes.len(), self.keys));
+        &mut self.call.bytes
+    }
+
+    fn reserve_space_for_args(&mut self, additional: impl IntoIterator<Item = usize>) {
+        let mut count = 0;
+        let mut bytes = 0;
+        for size in additional {
+            count += 1;
+            bytes += size;
+        }
+        self.call.parts.reserve(count);
+        self.call.bytes.reserve(bytes);
     }
 }
 

@@ -122,7 +122,7 @@ impl LockOps for FairOps {
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.turns)
-            .key(names::unlock_latch_key(&self.name, request.id))
+            .key_concat(&names::unlock_latch_pieces(&self.name, request.id))
             .key(&self.alive)
             .arg(owner)
             .arg(lease_ms)

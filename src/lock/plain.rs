@@ -91,7 +91,7 @@ impl LockOps for PlainOps {
         ScriptCall::new(&LOCK_RELEASE)
             .key(&*self.name)
             .key(&self.channel)
-            .key(names::unlock_latch_key(&self.name, request.id))
+            .key_concat(&names::unlock_latch_pieces(&self.name, request.id))
             .arg(owner)
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
