@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use redis::AsyncConnectionConfig;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -265,12 +264,13 @@ impl Client {
             .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
         let target = Target::of(&config)
             .map_err(|e| Error::Config(format!("cannot use `{}`: {e}", config.url)))?;
-        let connection_config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(config.connection_timeout))
-            .set_response_timeout(Some(config.response_timeout));
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
-        let connection = Arc::new(Connection::new(target.clone(), connection_config));
+        let connection = Arc::new(Connection::new(
+            target.clone(),
+            config.connection_timeout,
+            config.response_timeout,
+        ));
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(|e| {
@@ -278,10 +278,11 @@ impl Client {
             })?;
         let mut executor = Executor::new(connection, config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
-            let connection_config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(config.connection_timeout))
-                .set_response_timeout(Some(config.response_timeout + timeout));
-            let synced = Arc::new(Connection::new(target.clone(), connection_config));
+            let synced = Arc::new(Connection::new(
+                target.clone(),
+                config.connection_timeout,
+                config.response_timeout + timeout,
+            ));
             // Opened now, like the command connection: a failure shows at build().
             capped(config.connection_timeout, synced.open())
                 .await

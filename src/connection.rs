@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -24,6 +25,7 @@ use redis::{
     Value,
 };
 
+use crate::script::capped;
 use crate::topology::Target;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -68,6 +70,8 @@ impl ConnectionLike for Conn {
 pub(crate) struct Connection {
     target: Target,
     config: AsyncConnectionConfig,
+    /// The longest redis-rs waits for a reply on an open connection to one server.
+    response_timeout: Duration,
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
     opening: tokio::sync::Mutex<()>,
@@ -138,11 +142,20 @@ impl Drop for Sentinel {
 }
 
 impl Connection {
-    /// A connection to `target`; nothing is opened yet.
-    pub(crate) fn new(target: Target, config: AsyncConnectionConfig) -> Self {
+    /// A connection to `target`, whose opening may take `connection_timeout` and each reply
+    /// `response_timeout`; nothing is opened yet.
+    pub(crate) fn new(
+        target: Target,
+        connection_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connection_timeout))
+            .set_response_timeout(Some(response_timeout));
         Connection {
             target,
             config,
+            response_timeout,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
         }
@@ -153,10 +166,22 @@ impl Connection {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends one command; an error reply is an `Err`.
-    pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
-        self.with(|mut conn| async move { cmd.query_async(&mut conn).await })
-            .await
+    /// Sends one command; an error reply is an `Err`. Gives up after `cap`, or after the
+    /// response timeout when that is shorter and the connection is open to one server.
+    pub(crate) async fn send(&self, cmd: &Cmd, cap: Duration) -> RedisResult<Value> {
+        match self.current() {
+            // redis-rs bounds a request on an open connection to one server by the response
+            // timeout: a second timer would cost every command a timer-wheel entry for nothing.
+            Some((Conn::Single(mut conn), id)) if self.response_timeout <= cap => {
+                let result = cmd.query_async(&mut conn).await;
+                self.check(&result, id);
+                result
+            }
+            _ => {
+                let send = self.with(|mut conn| async move { cmd.query_async(&mut conn).await });
+                capped(cap, send).await
+            }
+        }
     }
 
     /// Sends a pipeline and reads its replies as a `T`.
@@ -175,12 +200,17 @@ impl Connection {
             None => self.open().await?,
         };
         let result = send(conn).await;
-        if let Err(e) = &result
+        self.check(&result, id);
+        result
+    }
+
+    /// Forgets connection `id` when `result` shows it cannot be used again.
+    fn check<T>(&self, result: &RedisResult<T>, id: u64) {
+        if let Err(e) = result
             && (e.is_unrecoverable_error() || self.target.moved_away(e))
         {
             self.broken(id);
         }
-        result
     }
 
     /// Forgets the connection in use, so the next command opens a new one (to wherever the

@@ -467,7 +467,7 @@ impl Executor {
     }
 
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
-        capped(self.cap, self.conn.send(cmd)).await
+        self.conn.send(cmd, self.cap).await
     }
 }
 
