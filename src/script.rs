@@ -552,6 +552,47 @@ mod tests {
     }
 
     #[test]
+    fn parts_keep_their_bounds_and_keys_go_first_whatever_the_order_given() {
+        let call = ScriptCall::new(&LOCK_RELEASE)
+            .arg("a1")
+            .key("k1")
+            .arg(&["a2", "a3"][..])
+            .key_concat(&["pre:", "{", "name", "}", ":id"])
+            .arg(7u64)
+            .arg("")
+            .key(String::from("k3"));
+        let packed = String::from_utf8(call.evalsha(true).get_packed_command()).unwrap();
+        let parts: Vec<&str> = packed.split("\r\n").collect();
+        // *<count>, then $<len> and the bytes of every part: an empty part is `$0` and "".
+        let values: Vec<&str> = parts[1..]
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .map(|c| c[1])
+            .collect();
+        assert_eq!(parts[0], "*11");
+        assert_eq!(
+            values,
+            [
+                "EVALSHA",
+                LOCK_RELEASE.sha_for(true),
+                "3",
+                "k1",
+                "pre:{name}:id",
+                "k3",
+                "a1",
+                "a2",
+                "a3",
+                "7",
+                ""
+            ]
+        );
+        assert_eq!(
+            call.describe(),
+            "script lock_release (EVALSHA) with keys [k1, pre:{name}:id, k3]"
+        );
+    }
+
+    #[test]
     fn timeouts_become_io_timeouts() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
