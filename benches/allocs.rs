@@ -109,7 +109,7 @@ fn main() {
         })
         .await;
         let rw = client.get_read_write_lock("allocs:rw");
-        measure("RReadWriteLock read() + unlock()", || async {
+        measure("RReadWriteLock read_lock().lock() + unlock()", || async {
             rw.read_lock()
                 .lock()
                 .await
