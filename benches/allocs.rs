@@ -52,6 +52,11 @@ where
     println!("{what:<58} {blocks:>7.1} allocations {bytes:>8.0} bytes");
 }
 
+async fn lock_and_unlock(lock: &ferrisson::RLock) {
+    let guard = lock.lock().await.expect("lock");
+    guard.unlock().await.expect("unlock");
+}
+
 fn main() {
     // Cargo's `--bench` flag is accepted and ignored.
     let _profiler = match std::env::var_os("ALLOCS_PROFILE") {
@@ -73,13 +78,8 @@ fn main() {
         );
 
         let lock = client.get_lock("allocs:lock");
-        measure("RLock lock() + unlock(), watchdog lease", || async {
-            lock.lock()
-                .await
-                .expect("lock")
-                .unlock()
-                .await
-                .expect("unlock");
+        measure("RLock lock() + unlock(), watchdog lease", || {
+            lock_and_unlock(&lock)
         })
         .await;
         measure(
@@ -98,25 +98,11 @@ fn main() {
         )
         .await;
         let fenced = client.get_fenced_lock("allocs:fenced");
-        measure("RFencedLock lock() + unlock()", || async {
-            fenced
-                .lock()
-                .await
-                .expect("lock")
-                .unlock()
-                .await
-                .expect("unlock");
-        })
-        .await;
+        measure("RFencedLock lock() + unlock()", || lock_and_unlock(&fenced)).await;
         let rw = client.get_read_write_lock("allocs:rw");
-        measure("RReadWriteLock read_lock().lock() + unlock()", || async {
-            rw.read_lock()
-                .lock()
-                .await
-                .expect("read")
-                .unlock()
-                .await
-                .expect("unlock");
+        let read = rw.read_lock();
+        measure("RReadWriteLock read_lock().lock() + unlock()", || {
+            lock_and_unlock(&read)
         })
         .await;
         let semaphore = client.get_semaphore("allocs:semaphore");
