@@ -29,26 +29,64 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Prints what one uncontended lock+unlock costs in Redis commands, and fails loudly when the
-/// fast path is more than one round trip each way.
+const CYCLES: u64 = 1000;
+
+/// Runs `cycle` `CYCLES` times after the caller's warm-up, prints the Redis commands one run
+/// costs (INFO commandstats) and fails loudly unless it is one EVALSHA each way with nothing
+/// else on the fast path. Returns the calls of each command.
+async fn commands_per_cycle<F, Fut>(
+    server: &RedisServer,
+    what: &str,
+    mut cycle: F,
+) -> Vec<(String, u64)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    server.reset_stats().await;
+    let started = Instant::now();
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    let elapsed = started.elapsed();
+    let mut stats = server.commandstats().await;
+    stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
+    println!(
+        "Redis commands per uncontended {what} ({CYCLES} cycles in {elapsed:?}, INFO commandstats):"
+    );
+    for (name, calls) in &stats {
+        println!("  {name:<16} {:>6.3}", *calls as f64 / CYCLES as f64);
+    }
+    let get = |name: &str| calls_of(&stats, name);
+    assert_eq!(
+        get("evalsha"),
+        2 * CYCLES,
+        "one script call per acquire and per release"
+    );
+    assert_eq!(
+        get("script|load") + get("subscribe") + get("eval"),
+        0,
+        "nothing else on the fast path"
+    );
+    stats
+}
+
+fn calls_of(stats: &[(String, u64)], name: &str) -> u64 {
+    stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+}
+
+/// Prints what one uncontended lock+unlock costs in Redis commands and round trips.
 fn report_commands_per_cycle(rt: &tokio::runtime::Runtime, server: &RedisServer) {
     rt.block_on(async {
         let client = ferrisson::Client::connect(&server.url()).await.unwrap();
         let lock = client.get_lock("bench:count");
         lock.lock().await.unwrap().unlock().await.unwrap(); // warm-up
-        server.reset_stats().await;
-        const CYCLES: u64 = 1000;
-        for _ in 0..CYCLES {
+        let stats = commands_per_cycle(server, "lock+unlock cycle", || async {
             lock.lock().await.unwrap().unlock().await.unwrap();
-        }
-        let mut stats = server.commandstats().await;
-        stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
-        let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
+        })
+        .await;
+        let get = |name: &str| calls_of(&stats, name);
         let per_cycle = |calls: u64| calls as f64 / CYCLES as f64;
-        println!("Redis commands per uncontended lock+unlock cycle ({CYCLES} cycles, INFO commandstats):");
-        for (name, calls) in &stats {
-            println!("  {name:<16} {:>6.3}", per_cycle(*calls));
-        }
         let round_trips = get("evalsha") + get("eval") + get("script|load") + get("subscribe") + get("ping");
         println!(
             "  => round trips per cycle: {:.3} (EVALSHA {:.3}, SCRIPT LOAD {:.3}, SUBSCRIBE {:.3}); \
@@ -58,8 +96,6 @@ fn report_commands_per_cycle(rt: &tokio::runtime::Runtime, server: &RedisServer)
             per_cycle(get("script|load")),
             per_cycle(get("subscribe")),
         );
-        assert_eq!(get("evalsha"), 2 * CYCLES, "one acquire and one release per cycle");
-        assert_eq!(get("script|load") + get("subscribe") + get("eval"), 0, "nothing else on the fast path");
     });
 }
 
@@ -71,31 +107,11 @@ fn report_semaphore_commands(rt: &tokio::runtime::Runtime, server: &RedisServer)
         semaphore.try_set_permits(4).await.unwrap();
         semaphore.acquire(1).await.unwrap(); // warm-up
         semaphore.release(1).await.unwrap();
-        server.reset_stats().await;
-        const CYCLES: u64 = 1000;
-        for _ in 0..CYCLES {
+        commands_per_cycle(server, "semaphore acquire(1)+release(1)", || async {
             semaphore.acquire(1).await.unwrap();
             semaphore.release(1).await.unwrap();
-        }
-        let mut stats = server.commandstats().await;
-        stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
-        let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
-        println!(
-            "Redis commands per uncontended semaphore acquire(1)+release(1) ({CYCLES} cycles):"
-        );
-        for (name, calls) in &stats {
-            println!("  {name:<16} {:>6.3}", *calls as f64 / CYCLES as f64);
-        }
-        assert_eq!(
-            get("evalsha"),
-            2 * CYCLES,
-            "one script call per acquire and per release"
-        );
-        assert_eq!(
-            get("script|load") + get("subscribe") + get("eval"),
-            0,
-            "nothing else on the fast path"
-        );
+        })
+        .await;
     });
 }
 
@@ -107,32 +123,10 @@ fn report_permit_commands(rt: &tokio::runtime::Runtime, server: &RedisServer) {
         let semaphore = client.get_permit_expirable_semaphore("bench:permits");
         semaphore.try_set_permits(4).await.unwrap();
         semaphore.acquire().await.unwrap().release().await.unwrap(); // warm-up
-        server.reset_stats().await;
-        const CYCLES: u64 = 1000;
-        let started = Instant::now();
-        for _ in 0..CYCLES {
+        commands_per_cycle(server, "permit acquire()+release()", || async {
             semaphore.acquire().await.unwrap().release().await.unwrap();
-        }
-        let elapsed = started.elapsed();
-        let mut stats = server.commandstats().await;
-        stats.retain(|(name, _)| name != "config|resetstat" && name != "info");
-        let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
-        println!(
-            "Redis commands per uncontended permit acquire()+release() ({CYCLES} cycles in {elapsed:?}):"
-        );
-        for (name, calls) in &stats {
-            println!("  {name:<16} {:>6.3}", *calls as f64 / CYCLES as f64);
-        }
-        assert_eq!(
-            get("evalsha"),
-            2 * CYCLES,
-            "one script call per acquire and per release"
-        );
-        assert_eq!(
-            get("script|load") + get("subscribe") + get("eval"),
-            0,
-            "nothing else on the fast path"
-        );
+        })
+        .await;
     });
 }
 
@@ -249,23 +243,11 @@ fn report_rwlock_read_commands(rt: &tokio::runtime::Runtime, server: &RedisServe
                 .get_read_write_lock_with(&format!("bench:rw:count:{policy:?}"), policy)
                 .read_lock();
             read.lock().await.unwrap().unlock().await.unwrap(); // warm-up
-            server.reset_stats().await;
-            const CYCLES: u64 = 1000;
-            for _ in 0..CYCLES {
+            let what = format!("rwlock read lock+unlock, {policy:?}");
+            commands_per_cycle(server, &what, || async {
                 read.lock().await.unwrap().unlock().await.unwrap();
-            }
-            let stats = server.commandstats().await;
-            let get = |name: &str| stats.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
-            println!(
-                "rwlock read lock+unlock, {policy:?}: {:.3} EVALSHA per cycle",
-                get("evalsha") as f64 / CYCLES as f64
-            );
-            assert_eq!(
-                get("evalsha"),
-                2 * CYCLES,
-                "one acquire and one release per cycle"
-            );
-            assert_eq!(get("script|load") + get("subscribe") + get("eval"), 0);
+            })
+            .await;
         }
     });
 }
