@@ -6,6 +6,9 @@
 //! reallocations) the whole process made per operation, background tasks included (the
 //! watchdog, the pub/sub hub, redis-rs's connection driver), and the bytes they asked for.
 //!
+//! It also prints the size of the lock and unlock futures: a future is copied whenever it
+//! moves (into a span's wrapper, into its caller's state), so its size is a cost per call too.
+//!
 //! Run with `cargo bench --bench allocs`. With `ALLOCS_PROFILE=<file>` it also writes dhat's
 //! profile of the whole run (every allocation site with its backtrace) to that file, for
 //! dhat's viewer (`dh_view.html`) or a script, to see where the allocations come from.
@@ -112,6 +115,16 @@ fn main() {
             semaphore.release(1).await.expect("release");
         })
         .await;
+        // The futures' sizes: each move of a future copies it, and async callers carry it.
+        let lock_future = lock.lock();
+        let lock_bytes = std::mem::size_of_val(&lock_future);
+        let guard = lock_future.await.expect("lock");
+        let unlock_future = guard.unlock();
+        let unlock_bytes = std::mem::size_of_val(&unlock_future);
+        unlock_future.await.expect("unlock");
+        println!(
+            "Future sizes: RLock lock() {lock_bytes} bytes, LockGuard unlock() {unlock_bytes} bytes"
+        );
         // What redis-rs alone costs for the same two round trips, for scale.
         let raw = server.raw().await;
         measure(

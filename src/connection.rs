@@ -177,9 +177,11 @@ impl Connection {
                 self.check(&result, id);
                 result
             }
+            // Boxed: the timer, a cluster's routing and the opening of a connection would
+            // otherwise make every command's future (and those of its callers) that much larger.
             _ => {
                 let send = self.with(|mut conn| async move { cmd.query_async(&mut conn).await });
-                capped(cap, send).await
+                Box::pin(capped(cap, send)).await
             }
         }
     }

@@ -287,9 +287,20 @@ impl Executor {
         call: &ScriptCall,
         key: &str,
     ) -> Result<(T, Option<(u32, u32)>)> {
-        let Some((conn, acks, timeout)) = &self.synced else {
+        let Some(synced) = &self.synced else {
             return Ok((self.run(call, key).await?, None));
         };
+        // Boxed: a pipeline, a timer and a reload are more than the unsynced path should carry.
+        Box::pin(self.run_with_wait(call, key, synced)).await
+    }
+
+    /// [`run_synced`](Self::run_synced) on a client whose grants wait for replicas.
+    async fn run_with_wait<T: FromRedisValue>(
+        &self,
+        call: &ScriptCall,
+        key: &str,
+        (conn, acks, timeout): &(Arc<Connection>, u32, Duration),
+    ) -> Result<(T, Option<(u32, u32)>)> {
         let refused = |e| Error::from_redis_request(e, key, || call.describe());
         let mut pipe = redis::pipe();
         pipe.add_command(call.evalsha(self.sharded))
@@ -356,8 +367,13 @@ impl Executor {
         match self.query(&cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 tracing::debug!(script = call.script.name, "NOSCRIPT: loading and resending");
-                self.load(call.script).await?;
-                self.query(&cmd).await
+                // Rare (a restarted or flushed server): boxed, so the common path's future
+                // does not carry a second send.
+                Box::pin(async {
+                    self.load(call.script).await?;
+                    self.query(&cmd).await
+                })
+                .await
             }
             other => other,
         }

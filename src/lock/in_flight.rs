@@ -65,7 +65,8 @@ impl InFlight {
     /// Whether the server is known to match the client's count again.
     pub(super) async fn repair(&mut self) -> bool {
         match &mut self.holds {
-            Some(holds) => repair(&self.holder, holds, self.lease_ms).await,
+            // Boxed: a rare path, kept out of every acquire's future.
+            Some(holds) => Box::pin(repair(&self.holder, holds, self.lease_ms)).await,
             None => false,
         }
     }

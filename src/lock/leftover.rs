@@ -87,6 +87,11 @@ impl Holder {
         if !self.ops.rotates() || !Leftovers::may_be_tainted(&self.tainted) {
             return;
         }
+        // Rare: boxed, so an acquire's future does not carry this wait for the holds.
+        Box::pin(self.retire_tainted()).await;
+    }
+
+    async fn retire_tainted(self: &Arc<Self>) {
         let mut holds = self.holds.lock().await;
         // Another acquire of this holder may be waiting under the current name (a release
         // could hand it the lock under that name): the name is replaced by a later acquire.

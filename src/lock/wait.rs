@@ -40,6 +40,37 @@ pub(crate) async fn acquire<T, F, Fut, R, H>(
     max_nap: Option<Duration>,
     mut attempt: F,
     register: R,
+    handed: H,
+) -> Result<Option<T>>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+    R: FnOnce() -> Option<Registration>,
+    H: FnMut(HandedHold) -> T,
+{
+    // Only a bounded wait needs to know when it started.
+    let started = wait.map(|_| Instant::now());
+    if let Attempt::Granted(granted) = attempt(false).await? {
+        return Ok(Some(granted));
+    }
+    // No deadline: wait for ever (also for a budget too large for the clock).
+    let deadline = wait.zip(started).and_then(|(w, s)| s.checked_add(w));
+    // The wait keeps a subscription, timers and an offer in its state: kilobytes that every
+    // uncontended acquire would otherwise carry, and copy each time its future moves.
+    Box::pin(wait_after_busy(
+        client, channel, deadline, max_nap, attempt, register, handed,
+    ))
+    .await
+}
+
+/// The rest of [`acquire`] once the first attempt found the lock busy.
+async fn wait_after_busy<T, F, Fut, R, H>(
+    client: &Core,
+    channel: &str,
+    deadline: Option<Instant>,
+    max_nap: Option<Duration>,
+    mut attempt: F,
+    register: R,
     mut handed: H,
 ) -> Result<Option<T>>
 where
@@ -48,12 +79,6 @@ where
     R: FnOnce() -> Option<Registration>,
     H: FnMut(HandedHold) -> T,
 {
-    let started = Instant::now();
-    if let Attempt::Granted(granted) = attempt(false).await? {
-        return Ok(Some(granted));
-    }
-    // No deadline: wait for ever (also for a budget too large for the clock).
-    let deadline = wait.and_then(|w| started.checked_add(w));
     if let Some(d) = deadline
         && Instant::now() >= d
     {

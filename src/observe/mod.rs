@@ -229,16 +229,28 @@ impl Acquire {
         &self,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
+        self.attempt_started();
         let answer = attempt.await;
+        self.attempt_answered(&answer);
+        answer
+    }
+
+    /// Counts one attempt, about to be sent. With [`attempt_answered`](Self::attempt_answered),
+    /// what [`attempt`](Self::attempt) does, for a caller that awaits the attempt itself (an
+    /// async fn awaiting a future it was given keeps two copies of it in its state).
+    pub(crate) fn attempt_started(&self) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt answered; the first refusal makes this acquire a waiter.
+    pub(crate) fn attempt_answered<T: Tried>(&self, answer: &Result<T>) {
         if self.may_wait
-            && matches!(&answer, Ok(a) if a.refused())
+            && matches!(answer, Ok(a) if a.refused())
             && !self.waiting.swap(true, Ordering::AcqRel)
         {
             #[cfg(feature = "metrics")]
             metrics::waiters(&self.labels, 1.0);
         }
-        answer
     }
 
     /// Records how the acquire ended and hands its result back.
