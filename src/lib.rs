@@ -10,6 +10,7 @@ mod error;
 mod lease;
 mod link;
 mod lock;
+mod map;
 mod names;
 mod observe;
 mod owner;

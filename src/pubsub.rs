@@ -11,7 +11,7 @@
 //! without the command) fails the waiters of that channel with [`Error::PermissionDenied`]
 //! naming it, and leaves the connection and every other channel as they were.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::error::{Error, Result, permission_refusal};
 use crate::link::{Event, Link};
+use crate::map::Map;
 use crate::script::capped;
 use crate::topology::Target;
 
@@ -88,7 +89,7 @@ impl Waiter {
 
 #[derive(Debug, Default)]
 struct Shared {
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: Mutex<Map<String, Channel>>,
     next_waiter: AtomicU64,
     /// Source of channel stamps: every stamp ever given out differs from every other.
     next_stamp: AtomicU64,
@@ -99,13 +100,13 @@ impl Shared {
         self.next_stamp.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+    fn channels(&self) -> MutexGuard<'_, Map<String, Channel>> {
         // A panic while holding this lock cannot leave the map half-changed in a way that
         // matters more than losing every waiter, so the poison flag is ignored.
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn wake_one(channels: &mut HashMap<String, Channel>, name: &str) {
+    fn wake_one(channels: &mut Map<String, Channel>, name: &str) {
         if let Some(channel) = channels.get_mut(name)
             && let Some(waiter) = channel.waiters.pop_front()
         {

@@ -7,7 +7,6 @@
 //! after the hold's release; a renewal already on the wire is owner-checked by the script and
 //! cannot revive a released lock.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::lease::Lease;
+use crate::map::Map;
 use crate::names;
 use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
 use crate::slots::key_slot;
@@ -128,10 +128,10 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Registry {
-    entries: HashMap<u64, Entry>,
+    entries: Map<u64, Entry>,
     next_id: u64,
     /// Callers waiting for a renewal in flight of a deregistered entry to come back.
-    settling: HashMap<u64, Vec<oneshot::Sender<()>>>,
+    settling: Map<u64, Vec<oneshot::Sender<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -171,17 +171,18 @@ impl Watchdog {
 
     /// Starts renewing a lease; returns the id that stops it.
     pub(crate) fn register(&self, renewal: Renewal) -> u64 {
+        // Due a third of the lease after its grant was sent, which is no later than the server
+        // set the TTL (and spares the fast path a clock read).
+        let next_due = renewal.lease.granted_at() + self.lease / 3;
+        let entry = Entry {
+            renewal: Arc::new(renewal),
+            next_due,
+            in_flight: false,
+        };
         let mut registry = self.shared.registry();
         let id = registry.next_id;
         registry.next_id += 1;
-        registry.entries.insert(
-            id,
-            Entry {
-                renewal: Arc::new(renewal),
-                next_due: Instant::now() + self.lease / 3,
-                in_flight: false,
-            },
-        );
+        registry.entries.insert(id, entry);
         id
     }
 
@@ -228,9 +229,11 @@ async fn run(
                 .map(|e| e.next_due)
                 .min()
         };
-        // An entry registered at t is first due at t + lease/3. The task never sleeps longer
-        // than lease/3 from when it fell asleep, so it is up in time for every new entry without
-        // being woken: registering a lease costs the fast path no wake-up of this task.
+        // An entry registered at t is first due a third of the lease after its grant was sent,
+        // so by t + lease/3. The task never sleeps longer than lease/3 from when it fell asleep,
+        // so it is up by then for every new entry (late only by however long the grant took to
+        // reach its guard) without being woken: registering a lease costs the fast path no
+        // wake-up of this task.
         let idle_until = Instant::now() + lease / 3;
         let until = next.map_or(idle_until, |due| due.min(idle_until));
         tokio::select! {

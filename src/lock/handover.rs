@@ -19,7 +19,7 @@
 //! unknown (the release failed or was cancelled) takes the waiter's possible hold back off the
 //! server before the waiter may try again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::lease::Lease;
 use crate::lock::holder::Holds;
+use crate::map::Map;
 
 /// What a napping waiter learns from the release that picked it.
 #[derive(Debug)]
@@ -107,9 +108,9 @@ impl Slot {
 /// The client's waiters per lock name (only kinds whose release can hand over register).
 #[derive(Debug, Default)]
 pub(crate) struct LocalWaiters {
-    queues: Mutex<HashMap<Arc<str>, VecDeque<Arc<Slot>>>>,
+    queues: Mutex<Map<Arc<str>, VecDeque<Arc<Slot>>>>,
     /// Per lock name, the owner of this client holding it and its lease.
-    held: Mutex<HashMap<Arc<str>, LocalHold>>,
+    held: Mutex<Map<Arc<str>, LocalHold>>,
     next_id: AtomicU64,
 }
 
@@ -128,12 +129,12 @@ struct LocalHold {
 const HELD_MARGIN: Duration = Duration::from_millis(2);
 
 impl LocalWaiters {
-    fn queues(&self) -> MutexGuard<'_, HashMap<Arc<str>, VecDeque<Arc<Slot>>>> {
+    fn queues(&self) -> MutexGuard<'_, Map<Arc<str>, VecDeque<Arc<Slot>>>> {
         // Every change under this lock is a single push, removal or state swap.
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<Arc<str>, LocalHold>> {
+    fn held(&self) -> MutexGuard<'_, Map<Arc<str>, LocalHold>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 

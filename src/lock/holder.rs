@@ -257,7 +257,10 @@ impl Holder {
     ) -> Result<Option<LockGuard>> {
         let _acquiring = Acquiring::new(self);
         self.retire_if_tainted().await;
-        let (owner, channel) = (self.owner(), self.channel());
+        let (owner, channel) = {
+            let identity = self.identity();
+            (identity.owner.clone(), identity.channel.clone())
+        };
         let waiting = wait != Some(Duration::ZERO);
         // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
         let queues = waiting && self.ops.queues();
@@ -276,17 +279,23 @@ impl Holder {
                     .register(self.ops.name(), &owner, &self.holds, lease_ms)
             })
         };
-        // The releasing owner made the lease (and told the client who holds the lock).
+        // The releasing owner made the lease (and told the client who holds the lock), for the
+        // owner name this waiter lined up under.
         let handed = |hold: HandedHold| {
             let (holds, lease) = hold.accept();
-            self.guard_on(holds, lease, mode)
+            self.guard_on(holds, &owner, lease, mode)
         };
         let result = wait::acquire(
             self.inner(),
             &channel,
             wait,
             max_nap,
-            |ask_server| observed.attempt(self.attempt(mode, waiting, ask_server)),
+            |ask_server| async move {
+                observed.attempt_started();
+                let answer = self.attempt(mode, waiting, ask_server).await;
+                observed.attempt_answered(&answer);
+                answer
+            },
             register,
             handed,
         )
@@ -352,21 +361,20 @@ impl Holder {
         let lease_ms = self.lease_ms(mode);
         // Taken before the acquire is sent: a grant recorded with it is trusted by this
         // client's other owners only while nothing was published on the channel since.
-        let stamp = if self.ops.hands_over() {
-            self.inner().hub.stamp(&self.channel())
-        } else {
-            None
-        };
-        if self.ops.hands_over()
-            && waiting
-            && !ask_server
-            && let Some(left) =
-                self.inner()
-                    .local_waiters
-                    .held_by_other(self.name(), &self.owner(), stamp)
-        {
-            // Another owner of this client holds it: it hands the lock over or publishes.
-            return Ok(Attempt::Busy { ttl: Some(left) });
+        let mut stamp = None;
+        if self.ops.hands_over() {
+            let identity = self.identity();
+            stamp = self.inner().hub.stamp(&identity.channel);
+            if waiting
+                && !ask_server
+                && let Some(left) =
+                    self.inner()
+                        .local_waiters
+                        .held_by_other(self.name(), &identity.owner, stamp)
+            {
+                // Another owner of this client holds it: it hands the lock over or publishes.
+                return Ok(Attempt::Busy { ttl: Some(left) });
+            }
         }
         let holds = self.holds.clone().lock_owned().await;
         // Read under the holds' lock: the owner is only replaced under it.
@@ -407,7 +415,7 @@ impl Holder {
                         stamp,
                     };
                     return Ok(Attempt::Granted(
-                        self.grant(holds, token, fresh, sent, mode),
+                        self.grant(holds, &owner, token, fresh, sent, mode),
                     ));
                 }
                 Ok(Acquired::Busy { ttl }) => {
@@ -450,9 +458,11 @@ impl Holder {
         }
     }
 
+    /// The guard of a grant to `owner` (the holder's owner, read under `holds`).
     fn grant(
         self: &Arc<Self>,
         mut holds: OwnedMutexGuard<Holds>,
+        owner: &Arc<str>,
         token: u64,
         fresh: bool,
         sent: Sent,
@@ -481,23 +491,22 @@ impl Holder {
                 holds.count = 0;
                 let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
                 if self.ops.hands_over() {
-                    self.inner().local_waiters.granted(
-                        self.ops.name(),
-                        &self.owner(),
-                        &lease,
-                        stamp,
-                    );
+                    self.inner()
+                        .local_waiters
+                        .granted(self.ops.name(), owner, &lease, stamp);
                 }
                 lease
             }
         };
-        self.guard_on(holds, lease, mode)
+        self.guard_on(holds, owner, lease, mode)
     }
 
-    /// The guard of one more hold on `lease`, registered with the watchdog when renewed.
+    /// The guard of one more hold on `lease` of `owner` (the holder's owner, read under
+    /// `holds`), registered with the watchdog when renewed.
     fn guard_on(
         self: &Arc<Self>,
         mut holds: OwnedMutexGuard<Holds>,
+        owner: &Arc<str>,
         lease: Arc<Lease>,
         mode: LeaseMode,
     ) -> LockGuard {
@@ -506,15 +515,16 @@ impl Holder {
         drop(holds);
 
         let renewed = matches!(mode, LeaseMode::Watchdog);
+        let labels = self.labels();
         let mut guards = lease.guards();
         guards.live += 1;
-        crate::observe::lock_hold_began(&self.labels(), guards.live);
+        crate::observe::lock_hold_began(&labels, guards.live);
         if renewed {
             guards.renewed += 1;
             if guards.renewal.is_none() {
                 guards.renewal = Some(self.inner().watchdog.register(Renewal {
-                    target: self.ops.renewal(&self.owner()),
-                    labels: self.labels(),
+                    target: self.ops.renewal(owner),
+                    labels,
                     lease: lease.clone(),
                 }));
             }

@@ -26,6 +26,8 @@ impl Holder {
         if !current || holds.count == 0 {
             return Err(self.lost());
         }
+        // Read under the holds' lock: the owner is only replaced under it.
+        let owner = self.owner();
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
         let held_at_send = !lease.is_lost();
@@ -37,11 +39,15 @@ impl Holder {
         // The last hold goes straight to a waiter of this client when one naps. A resend never
         // hands over: its first send's handover, if any, is settled already.
         let offer = (holds.count == 1 && held_at_send && !resend && self.ops.hands_over())
-            .then(|| self.inner().local_waiters.offer(self.name(), &self.owner()))
+            .then(|| self.inner().local_waiters.offer(self.name(), &owner))
             .flatten();
         let mut result = match offer {
-            Some(offer) => self.hand_over(lease, request_id, offer).await,
-            None => self.send_release_resending(lease, request_id, resend).await,
+            // Boxed: only a contended release hands over, and its future is the largest here.
+            Some(offer) => Box::pin(self.hand_over(&owner, lease, request_id, offer)).await,
+            None => {
+                self.send_release_resending(&owner, lease, request_id, resend)
+                    .await
+            }
         };
         if matches!(result, Ok(Released::Gone)) {
             result = Ok(if held_at_send {
@@ -54,7 +60,7 @@ impl Holder {
         let outcome = match result {
             Ok(Released::StillHeld) if holds.count == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed).
-                if let Err(e) = self.repair_to(&self.owner(), 0, 0).await {
+                if let Err(e) = Box::pin(self.repair_to(&owner, 0, 0)).await {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
                     self.taint(&mut holds, lease.lease_ms());
                 }
@@ -96,12 +102,13 @@ impl Holder {
     /// answered from its latch, never applied twice.
     async fn send_release_resending(
         &self,
+        owner: &str,
         lease: &Lease,
         request_id: &str,
         resend: bool,
     ) -> Result<Released> {
         with_resends(resend, |resend| {
-            self.send_release(lease, request_id, resend)
+            self.send_release(owner, lease, request_id, resend)
         })
         .await
     }
@@ -110,6 +117,7 @@ impl Holder {
     /// the waiter how that went. Answers as the plain release would for this owner.
     async fn hand_over(
         self: &Arc<Self>,
+        owner: &str,
         lease: &Lease,
         request_id: &str,
         offer: Offer,
@@ -129,7 +137,7 @@ impl Holder {
             let own = u8::from(self.inner().hub.is_subscribed(&self.channel()));
             let call = self
                 .ops
-                .release_to(&self.owner(), to_ref, to_lease_ms, own, resend)
+                .release_to(owner, to_ref, to_lease_ms, own, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
             let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
             parse_handover(status, value)
@@ -170,7 +178,9 @@ impl Holder {
             }
             HandedOver::SeveralHolds => {
                 // The waiter is told after this release, so its attempt does not meet our hold.
-                let result = self.send_release_resending(lease, request_id, false).await;
+                let result = self
+                    .send_release_resending(owner, lease, request_id, false)
+                    .await;
                 pending.take().declined();
                 result
             }
@@ -179,6 +189,7 @@ impl Holder {
 
     async fn send_release(
         &self,
+        owner: &str,
         lease: &Lease,
         request_id: &str,
         resend: bool,
@@ -188,7 +199,7 @@ impl Holder {
             resend,
             latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
         };
-        let call = self.ops.release(&self.owner(), lease.lease_ms(), request);
+        let call = self.ops.release(owner, lease.lease_ms(), request);
         let reply: Value = self.inner().executor.run(&call, self.name()).await?;
         parse_release(&reply)
     }
