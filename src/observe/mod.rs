@@ -56,7 +56,7 @@ impl Context {
         Labels {
             kind,
             #[cfg(feature = "metrics")]
-            lock: self.lock_names.then(|| Arc::from(_name)),
+            keys: metrics::Keys::new(kind, self.lock_names.then_some(_name)),
         }
     }
 
@@ -99,7 +99,7 @@ impl Context {
 pub(crate) struct Labels {
     kind: &'static str,
     #[cfg(feature = "metrics")]
-    lock: Option<Arc<str>>,
+    keys: metrics::Keys,
 }
 
 /// How an acquire ended, as the `outcome` field and label say it.
@@ -120,6 +120,25 @@ impl Outcome {
             Outcome::TimedOut => "timed_out",
             Outcome::Error => "error",
             Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How a release ended, as the `outcome` field and label say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseOutcome {
+    Released,
+    /// The hold was gone already.
+    Lost,
+    Error,
+}
+
+impl ReleaseOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReleaseOutcome::Released => "released",
+            ReleaseOutcome::Lost => "lost",
+            ReleaseOutcome::Error => "error",
         }
     }
 }
@@ -268,7 +287,7 @@ impl Acquire {
             span.record("otel.status_code", "ERROR");
         }
         #[cfg(feature = "metrics")]
-        metrics::acquired(&self.labels, outcome, waited);
+        metrics::acquired(&self.labels, outcome, Some(waited));
     }
 }
 
@@ -314,14 +333,14 @@ impl Release {
     /// `error`.
     pub(crate) fn finish(self, result: Result<()>) -> Result<()> {
         let outcome = match &result {
-            Ok(()) => "released",
-            Err(Error::LockLost { .. } | Error::PermitLost { .. }) => "lost",
-            Err(_) => "error",
+            Ok(()) => ReleaseOutcome::Released,
+            Err(Error::LockLost { .. } | Error::PermitLost { .. }) => ReleaseOutcome::Lost,
+            Err(_) => ReleaseOutcome::Error,
         };
-        self.span.record("outcome", outcome);
+        self.span.record("outcome", outcome.as_str());
         if let Err(e) = &result {
             self.span.record("error", tracing::field::display(e));
-            if outcome == "error" {
+            if outcome == ReleaseOutcome::Error {
                 self.span.record("otel.status_code", "ERROR");
             }
         }
@@ -410,12 +429,19 @@ pub(crate) enum Lost {
     Expired,
 }
 
+impl Lost {
+    /// The `reason` field and label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Lost::NotHeld => "not_held",
+            Lost::Expired => "expired",
+        }
+    }
+}
+
 /// The watchdog found the lease of `name` lost.
 pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&Error>) {
-    let reason = match why {
-        Lost::NotHeld => "not_held",
-        Lost::Expired => "expired",
-    };
+    let reason = why.as_str();
     match error {
         Some(e) => {
             tracing::warn!(lock = %name, kind = labels.kind, reason, error = %e, "lease lost: renewals failed until its deadline")
@@ -425,7 +451,7 @@ pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&
         }
     }
     #[cfg(feature = "metrics")]
-    metrics::lease_lost(labels, reason);
+    metrics::lease_lost(labels, why);
 }
 
 /// A renewal call for `leases` leases failed (they are tried again until their deadline).
