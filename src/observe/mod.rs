@@ -60,7 +60,7 @@ impl Context {
         }
     }
 
-    fn release_span(&self, labels: &Labels, name: &str) -> Span {
+    fn release_span(&self, labels: &Labels, name: &str, token: u64) -> Span {
         tracing::info_span!(
                 "ferrisson.release",
                 db.system.name = "redis",
@@ -69,7 +69,7 @@ impl Context {
                 lock = %name,
                 kind = labels.kind,
                 outcome = Empty,
-                token = Empty,
+                token,
                 error = Empty,
             otel.status_code = Empty,
         )
@@ -201,6 +201,10 @@ impl<T> Tried for crate::sync::Attempt<T> {
     }
 }
 
+/// Whether every acquire reads the clock, its span enabled or not: with the `metrics` feature
+/// the wait histogram may have a recorder, and the facade cannot tell whether it has one.
+const ALWAYS_TIMED: bool = cfg!(feature = "metrics");
+
 /// One acquire under way: its span, its attempts, and whether it counts as a waiter. Dropped
 /// before [`finish`](Self::finish) (the caller dropped the acquire future), it counts as
 /// cancelled; either way the waiters gauge gets back what this acquire added to it.
@@ -209,7 +213,9 @@ pub(crate) struct Acquire {
     #[cfg(feature = "metrics")]
     labels: Labels,
     span: Span,
-    started: Instant,
+    /// `None` when nothing would be told how long the acquire waited.
+    started: Option<Instant>,
+    /// Counted only for the span, so only while it is enabled.
     attempts: AtomicU32,
     /// Whether a budget allows waiting at all (`try_lock` does not wait).
     may_wait: bool,
@@ -226,11 +232,12 @@ impl Acquire {
         wait: Option<std::time::Duration>,
     ) -> Self {
         let labels = context.labels(kind, name);
+        let span = context.acquire_span(&labels, name);
         Acquire {
-            span: context.acquire_span(&labels, name),
+            started: (ALWAYS_TIMED || !span.is_disabled()).then(Instant::now),
+            span,
             #[cfg(feature = "metrics")]
             labels,
-            started: Instant::now(),
             attempts: AtomicU32::new(0),
             may_wait: wait != Some(std::time::Duration::ZERO),
             waiting: AtomicBool::new(false),
@@ -248,7 +255,9 @@ impl Acquire {
         &self,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if !self.span.is_disabled() {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+        }
         let answer = attempt.await;
         if self.may_wait
             && matches!(&answer, Ok(a) if a.refused())
@@ -274,20 +283,24 @@ impl Acquire {
 
     fn end(&mut self, outcome: Outcome, token: Option<u64>, error: Option<&Error>) {
         self.finished = true;
-        let waited = self.started.elapsed();
+        let waited = self.started.map(|started| started.elapsed());
         let span = &self.span;
-        span.record("outcome", outcome.as_str());
-        span.record("attempts", self.attempts.load(Ordering::Relaxed));
-        span.record("waited_ms", waited.as_secs_f64() * 1e3);
-        if let Some(token) = token {
-            span.record("token", token);
-        }
-        if let Some(error) = error {
-            span.record("error", tracing::field::display(error));
-            span.record("otel.status_code", "ERROR");
+        if !span.is_disabled() {
+            span.record("outcome", outcome.as_str());
+            span.record("attempts", self.attempts.load(Ordering::Relaxed));
+            if let Some(waited) = waited {
+                span.record("waited_ms", waited.as_secs_f64() * 1e3);
+            }
+            if let Some(token) = token {
+                span.record("token", token);
+            }
+            if let Some(error) = error {
+                span.record("error", tracing::field::display(error));
+                span.record("otel.status_code", "ERROR");
+            }
         }
         #[cfg(feature = "metrics")]
-        metrics::acquired(&self.labels, outcome, Some(waited));
+        metrics::acquired(&self.labels, outcome, waited);
     }
 }
 
@@ -315,12 +328,10 @@ impl Release {
     /// A release of `name` (`kind`), of a hold with fencing token `token`.
     pub(crate) fn start(context: &Context, kind: &'static str, name: &str, token: u64) -> Self {
         let labels = context.labels(kind, name);
-        let span = context.release_span(&labels, name);
-        span.record("token", token);
         Release {
+            span: context.release_span(&labels, name, token),
             #[cfg(feature = "metrics")]
             labels,
-            span,
         }
     }
 
@@ -337,11 +348,13 @@ impl Release {
             Err(Error::LockLost { .. } | Error::PermitLost { .. }) => ReleaseOutcome::Lost,
             Err(_) => ReleaseOutcome::Error,
         };
-        self.span.record("outcome", outcome.as_str());
-        if let Err(e) = &result {
-            self.span.record("error", tracing::field::display(e));
-            if outcome == ReleaseOutcome::Error {
-                self.span.record("otel.status_code", "ERROR");
+        if !self.span.is_disabled() {
+            self.span.record("outcome", outcome.as_str());
+            if let Err(e) = &result {
+                self.span.record("error", tracing::field::display(e));
+                if outcome == ReleaseOutcome::Error {
+                    self.span.record("otel.status_code", "ERROR");
+                }
             }
         }
         #[cfg(feature = "metrics")]
