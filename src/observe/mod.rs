@@ -473,3 +473,6 @@ pub(crate) fn renewals_failed(leases: usize, error: &Error) {
     #[cfg(feature = "metrics")]
     metrics::renewals_failed(leases);
 }
+
+#[cfg(test)]
+mod tests;
