@@ -56,11 +56,11 @@ impl Context {
         Labels {
             kind,
             #[cfg(feature = "metrics")]
-            lock: self.lock_names.then(|| Arc::from(_name)),
+            keys: metrics::Keys::new(kind, self.lock_names.then_some(_name)),
         }
     }
 
-    fn release_span(&self, labels: &Labels, name: &str) -> Span {
+    fn release_span(&self, labels: &Labels, name: &str, token: u64) -> Span {
         tracing::info_span!(
                 "ferrisson.release",
                 db.system.name = "redis",
@@ -69,7 +69,7 @@ impl Context {
                 lock = %name,
                 kind = labels.kind,
                 outcome = Empty,
-                token = Empty,
+                token,
                 error = Empty,
             otel.status_code = Empty,
         )
@@ -99,7 +99,7 @@ impl Context {
 pub(crate) struct Labels {
     kind: &'static str,
     #[cfg(feature = "metrics")]
-    lock: Option<Arc<str>>,
+    keys: metrics::Keys,
 }
 
 /// How an acquire ended, as the `outcome` field and label say it.
@@ -120,6 +120,25 @@ impl Outcome {
             Outcome::TimedOut => "timed_out",
             Outcome::Error => "error",
             Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How a release ended, as the `outcome` field and label say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseOutcome {
+    Released,
+    /// The hold was gone already.
+    Lost,
+    Error,
+}
+
+impl ReleaseOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReleaseOutcome::Released => "released",
+            ReleaseOutcome::Lost => "lost",
+            ReleaseOutcome::Error => "error",
         }
     }
 }
@@ -182,6 +201,10 @@ impl<T> Tried for crate::sync::Attempt<T> {
     }
 }
 
+/// Whether every acquire reads the clock, its span enabled or not: with the `metrics` feature
+/// the wait histogram may have a recorder, and the facade cannot tell whether it has one.
+const ALWAYS_TIMED: bool = cfg!(feature = "metrics");
+
 /// One acquire under way: its span, its attempts, and whether it counts as a waiter. Dropped
 /// before [`finish`](Self::finish) (the caller dropped the acquire future), it counts as
 /// cancelled; either way the waiters gauge gets back what this acquire added to it.
@@ -190,7 +213,9 @@ pub(crate) struct Acquire {
     #[cfg(feature = "metrics")]
     labels: Labels,
     span: Span,
-    started: Instant,
+    /// `None` when nothing would be told how long the acquire waited.
+    started: Option<Instant>,
+    /// Counted only for the span, so only while it is enabled.
     attempts: AtomicU32,
     /// Whether a budget allows waiting at all (`try_lock` does not wait).
     may_wait: bool,
@@ -207,11 +232,12 @@ impl Acquire {
         wait: Option<std::time::Duration>,
     ) -> Self {
         let labels = context.labels(kind, name);
+        let span = context.acquire_span(&labels, name);
         Acquire {
-            span: context.acquire_span(&labels, name),
+            started: (ALWAYS_TIMED || !span.is_disabled()).then(Instant::now),
+            span,
             #[cfg(feature = "metrics")]
             labels,
-            started: Instant::now(),
             attempts: AtomicU32::new(0),
             may_wait: wait != Some(std::time::Duration::ZERO),
             waiting: AtomicBool::new(false),
@@ -239,7 +265,10 @@ impl Acquire {
     /// what [`attempt`](Self::attempt) does, for a caller that awaits the attempt itself (an
     /// async fn awaiting a future it was given keeps two copies of it in its state).
     pub(crate) fn attempt_started(&self) {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
+        // Only the span reports the count.
+        if !self.span.is_disabled() {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// An attempt answered; the first refusal makes this acquire a waiter.
@@ -267,17 +296,21 @@ impl Acquire {
 
     fn end(&mut self, outcome: Outcome, token: Option<u64>, error: Option<&Error>) {
         self.finished = true;
-        let waited = self.started.elapsed();
+        let waited = self.started.map(|started| started.elapsed());
         let span = &self.span;
-        span.record("outcome", outcome.as_str());
-        span.record("attempts", self.attempts.load(Ordering::Relaxed));
-        span.record("waited_ms", waited.as_secs_f64() * 1e3);
-        if let Some(token) = token {
-            span.record("token", token);
-        }
-        if let Some(error) = error {
-            span.record("error", tracing::field::display(error));
-            span.record("otel.status_code", "ERROR");
+        if !span.is_disabled() {
+            span.record("outcome", outcome.as_str());
+            span.record("attempts", self.attempts.load(Ordering::Relaxed));
+            if let Some(waited) = waited {
+                span.record("waited_ms", waited.as_secs_f64() * 1e3);
+            }
+            if let Some(token) = token {
+                span.record("token", token);
+            }
+            if let Some(error) = error {
+                span.record("error", tracing::field::display(error));
+                span.record("otel.status_code", "ERROR");
+            }
         }
         #[cfg(feature = "metrics")]
         metrics::acquired(&self.labels, outcome, waited);
@@ -308,12 +341,10 @@ impl Release {
     /// A release of `name` (`kind`), of a hold with fencing token `token`.
     pub(crate) fn start(context: &Context, kind: &'static str, name: &str, token: u64) -> Self {
         let labels = context.labels(kind, name);
-        let span = context.release_span(&labels, name);
-        span.record("token", token);
         Release {
+            span: context.release_span(&labels, name, token),
             #[cfg(feature = "metrics")]
             labels,
-            span,
         }
     }
 
@@ -326,15 +357,17 @@ impl Release {
     /// `error`.
     pub(crate) fn finish(self, result: Result<()>) -> Result<()> {
         let outcome = match &result {
-            Ok(()) => "released",
-            Err(Error::LockLost { .. } | Error::PermitLost { .. }) => "lost",
-            Err(_) => "error",
+            Ok(()) => ReleaseOutcome::Released,
+            Err(Error::LockLost { .. } | Error::PermitLost { .. }) => ReleaseOutcome::Lost,
+            Err(_) => ReleaseOutcome::Error,
         };
-        self.span.record("outcome", outcome);
-        if let Err(e) = &result {
-            self.span.record("error", tracing::field::display(e));
-            if outcome == "error" {
-                self.span.record("otel.status_code", "ERROR");
+        if !self.span.is_disabled() {
+            self.span.record("outcome", outcome.as_str());
+            if let Err(e) = &result {
+                self.span.record("error", tracing::field::display(e));
+                if outcome == ReleaseOutcome::Error {
+                    self.span.record("otel.status_code", "ERROR");
+                }
             }
         }
         #[cfg(feature = "metrics")]
@@ -422,12 +455,19 @@ pub(crate) enum Lost {
     Expired,
 }
 
+impl Lost {
+    /// The `reason` field and label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Lost::NotHeld => "not_held",
+            Lost::Expired => "expired",
+        }
+    }
+}
+
 /// The watchdog found the lease of `name` lost.
 pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&Error>) {
-    let reason = match why {
-        Lost::NotHeld => "not_held",
-        Lost::Expired => "expired",
-    };
+    let reason = why.as_str();
     match error {
         Some(e) => {
             tracing::warn!(lock = %name, kind = labels.kind, reason, error = %e, "lease lost: renewals failed until its deadline")
@@ -437,7 +477,7 @@ pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&
         }
     }
     #[cfg(feature = "metrics")]
-    metrics::lease_lost(labels, reason);
+    metrics::lease_lost(labels, why);
 }
 
 /// A renewal call for `leases` leases failed (they are tried again until their deadline).
@@ -446,3 +486,6 @@ pub(crate) fn renewals_failed(leases: usize, error: &Error) {
     #[cfg(feature = "metrics")]
     metrics::renewals_failed(leases);
 }
+
+#[cfg(test)]
+mod tests;
