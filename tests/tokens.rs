@@ -281,7 +281,6 @@ async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
             .arg(30_000)
             .arg(5_000)
             .arg("0")
-            .arg("0")
             .invoke_async(&mut raw)
             .await
             .unwrap();
