@@ -12,8 +12,9 @@
 -- ARGV[2]  the waiter the lock is handed to
 -- ARGV[3]  the waiter's lease in ms
 -- ARGV[4]  how many of the channel's subscribers are the releasing client's own (0 or 1)
--- ARGV[5]  the message published when the lock becomes free ('0')
--- ARGV[6]  '1' when this request is a resend, else '0'
+-- ARGV[5]  '1' when this request is a resend, else '0'
+--
+-- Freeing the lock publishes '0', Redisson's unlock message, as lock_release.lua does.
 --
 -- Replies {status, value}:
 --   {3, token}  handed over: the owner's hold is gone and the waiter holds the lock once, with
@@ -34,7 +35,7 @@
 
 local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then
-  if ARGV[6] == '1' then
+  if ARGV[5] == '1' then
     if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
       local token = tonumber(redis.call('get', KEYS[3])) or 0
       if KEYS[4] then
@@ -59,7 +60,7 @@ end
 local others = redis.call('pubsub', 'numsub', KEYS[2])[2] - tonumber(ARGV[4])
 if others > 0 then
   redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[5])
+  redis.call('publish', KEYS[2], '0')
   return {1, 0}
 end
 

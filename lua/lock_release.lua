@@ -9,15 +9,17 @@
 -- ARGV[1]  owner
 -- ARGV[2]  lease in ms: the TTL the lock gets back while holds remain
 -- ARGV[3]  latch TTL in ms
--- ARGV[4]  the message published when the lock becomes free ('0')
--- ARGV[5]  '1' when this request is a resend, else '0'
+-- ARGV[4]  '1' when this request is a resend, else '0'
+--
+-- The lock becoming free publishes '0', Redisson's unlock message (a literal: an argument costs
+-- Redis more per call, and the message never varies).
 --
 -- Replies: 1 released (the owner's last hold: lock deleted, message published), 0 holds of the
 -- owner remain, nil the owner holds nothing (nothing changed), 2 (resends only) the owner holds
 -- nothing and no partial release by this request is recorded.
 -- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
 
-if ARGV[5] == '1' then
+if ARGV[4] == '1' then
   local done = redis.call('get', KEYS[3])
   if done then
     return tonumber(done)
@@ -25,7 +27,7 @@ if ARGV[5] == '1' then
 end
 local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not holds then
-  if ARGV[5] == '1' then
+  if ARGV[4] == '1' then
     return 2
   end
   return nil
@@ -37,5 +39,5 @@ if holds > 1 then
   return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[4])
+redis.call('publish', KEYS[2], '0')
 return 1

@@ -212,7 +212,6 @@ async fn a_resent_release_is_answered_from_its_latch() {
             .arg(&owner)
             .arg(30_000)
             .arg(5_000)
-            .arg("0")
             .arg(resend);
         inv
     };

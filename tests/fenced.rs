@@ -145,7 +145,6 @@ async fn a_resent_handover_keeps_the_names_counter_above_the_token_it_answers() 
         .arg("waiter")
         .arg(30_000)
         .arg(0)
-        .arg("0")
         .arg("1")
         .invoke_async(&mut raw)
         .await

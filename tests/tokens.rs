@@ -281,7 +281,6 @@ async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
             .arg(30_000)
             .arg(5_000)
             .arg("0")
-            .arg("0")
             .invoke_async(&mut raw)
             .await
             .unwrap();
@@ -292,4 +291,60 @@ async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
         again.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap(), "{kind:?}: freed");
     }
+}
+
+/// lock_acquire.lua's one-integer reply, on the script itself: a fresh grant is its token (from
+/// 1 up), a reentrant one 0, a busy lock `-2 - pttl`, which keeps "no TTL" (-1) apart from a
+/// TTL of 0 (-2) and from every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plain_acquire_answers_one_integer_that_no_two_outcomes_share() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let script = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
+    let acquire = |name: &str, owner: &str, stale: &str| {
+        let mut inv = script.prepare_invoke();
+        inv.key(name)
+            .key("ferrisson_token:{t}")
+            .arg(owner)
+            .arg(30_000)
+            .arg(stale);
+        inv
+    };
+    let first: i64 = acquire("{t}a", "me", "1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(first, 1);
+    let again: i64 = acquire("{t}a", "me", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "one more hold");
+    let holds: i64 = raw.hget("{t}a", "me").await.unwrap();
+    assert_eq!(holds, 2);
+    let replaced: i64 = acquire("{t}a", "me", "1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(replaced, 2, "a stale hold gets a fresh token");
+
+    let busy: i64 = acquire("{t}a", "you", "1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let pttl: i64 = raw.pttl("{t}a").await.unwrap();
+    assert!(
+        busy <= -2 && -2 - busy >= pttl && -2 - busy <= 30_000,
+        "busy {busy}, pttl {pttl}"
+    );
+
+    // A Java holder that set no TTL.
+    let _: () = raw.hset("{t}b", "java", 1).await.unwrap();
+    let busy: i64 = acquire("{t}b", "me", "1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(busy, -1);
+    let counter: i64 = raw.get("ferrisson_token:{t}").await.unwrap();
+    assert_eq!(counter, 2, "a busy lock takes no token");
 }

@@ -9,7 +9,11 @@ use crate::script::{
 use crate::watchdog::RenewTarget;
 use crate::{names, slots};
 
-/// The message that wakes one waiter (Redisson's unlock message).
+/// The message that wakes one waiter (Redisson's unlock message). lock_release.lua and
+/// lock_handover.lua, run on every release, write it as a literal, since each argument costs
+/// Redis a little on every call. lock_repair.lua (run only after a lost reply) and
+/// lock_force_unlock.lua (which the read/write lock calls with its own message) take it as an
+/// argument.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 #[derive(Debug)]
@@ -95,7 +99,6 @@ impl LockOps for PlainOps {
             .arg(owner)
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
-            .arg(UNLOCK_MESSAGE)
             .arg(request.resend_flag())
     }
 
@@ -125,7 +128,6 @@ impl LockOps for PlainOps {
                 .arg(to)
                 .arg(to_lease_ms)
                 .arg(own_subscribers)
-                .arg(UNLOCK_MESSAGE)
                 .arg(flag(resend)),
         )
     }

@@ -61,10 +61,11 @@ pub(crate) struct Inspection {
     pub(crate) pttl: i64,
 }
 
-/// Runs an acquire script and parses its `{status, value}` reply.
+/// Runs an acquire script and parses its reply: an integer (the plain lock's, see
+/// [`parse_acquire_int`]) or `{status, value}` (the other kinds', see [`parse_acquire`]).
 pub(crate) async fn run_acquire(client: &Core, call: &ScriptCall, name: &str) -> Result<Acquired> {
-    let ((status, value), synced): ((i64, i64), _) = client.executor.run_synced(call, name).await?;
-    let acquired = parse_acquire(status, value, name)?;
+    let (reply, synced): (Value, _) = client.executor.run_synced(call, name).await?;
+    let acquired = parse_acquire_reply(&reply, name)?;
     match (acquired, synced) {
         (Acquired::Granted { .. }, Some((acked, wanted))) if acked < wanted => {
             Ok(Acquired::NotSynced { acked, wanted })
@@ -88,6 +89,38 @@ pub(crate) async fn inspect_field(client: &Core, key: &str, field: &str) -> Resu
         holds: u32::try_from(holds).unwrap_or(0),
         pttl,
     })
+}
+
+/// Parses an acquire script's reply, which is one of two shapes and nothing else.
+pub(crate) fn parse_acquire_reply(reply: &Value, name: &str) -> Result<Acquired> {
+    match reply {
+        Value::Int(n) => parse_acquire_int(*n),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(status), Value::Int(value)] => parse_acquire(*status, *value, name),
+            _ => Err(Error::unexpected(format!("acquire answered {reply:?}"))),
+        },
+        other => Err(Error::unexpected(format!("acquire answered {other:?}"))),
+    }
+}
+
+/// Parses lock_acquire.lua's integer: a token (>= 1) for a fresh grant, 0 for a reentrant one
+/// (the hold keeps its first token), `-2 - pttl` when busy.
+pub(crate) fn parse_acquire_int(n: i64) -> Result<Acquired> {
+    match n {
+        1.. => Ok(Acquired::Granted {
+            token: n.unsigned_abs(),
+            fresh: true,
+        }),
+        0 => Ok(Acquired::Granted {
+            token: 0,
+            fresh: false,
+        }),
+        -1 => Ok(Acquired::Busy { ttl: None }),
+        // No overflow: n <= -2 here, so -2 - n >= 0.
+        ..=-2 => Ok(Acquired::Busy {
+            ttl: Some(Duration::from_millis((-2 - n).unsigned_abs())),
+        }),
+    }
 }
 
 /// Parses `{status, value}` from an acquire script of lock `name`: 1 fresh grant, 2 reentrant
@@ -176,6 +209,77 @@ mod tests {
             Err(Error::UpgradeNotSupported { name }) if name == "n"
         ));
         assert!(parse_acquire(9, 0, "n").is_err());
+    }
+
+    #[test]
+    fn integer_acquire_replies_are_parsed_strictly() {
+        assert_eq!(
+            parse_acquire_int(7).unwrap(),
+            Acquired::Granted {
+                token: 7,
+                fresh: true
+            }
+        );
+        assert_eq!(
+            parse_acquire_int(0).unwrap(),
+            Acquired::Granted {
+                token: 0,
+                fresh: false
+            }
+        );
+        assert_eq!(parse_acquire_int(-1).unwrap(), Acquired::Busy { ttl: None });
+        assert_eq!(
+            parse_acquire_int(-2).unwrap(),
+            Acquired::Busy {
+                ttl: Some(Duration::ZERO)
+            }
+        );
+        assert_eq!(
+            parse_acquire_int(-1502).unwrap(),
+            Acquired::Busy {
+                ttl: Some(Duration::from_millis(1500))
+            }
+        );
+        assert_eq!(
+            parse_acquire_int(i64::MIN).unwrap(),
+            Acquired::Busy {
+                ttl: Some(Duration::from_millis(i64::MAX as u64 - 1))
+            }
+        );
+    }
+
+    #[test]
+    fn acquire_replies_take_one_of_two_shapes() {
+        assert_eq!(
+            parse_acquire_reply(&Value::Int(3), "n").unwrap(),
+            Acquired::Granted {
+                token: 3,
+                fresh: true
+            }
+        );
+        let pair = Value::Array(vec![Value::Int(0), Value::Int(-1)]);
+        assert_eq!(
+            parse_acquire_reply(&pair, "n").unwrap(),
+            Acquired::Busy { ttl: None }
+        );
+        for other in [
+            Value::Nil,
+            Value::Okay,
+            Value::BulkString(b"1".to_vec()),
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]),
+            Value::Array(vec![Value::Int(1), Value::BulkString(b"2".to_vec())]),
+            Value::Array(vec![Value::Nil, Value::Int(2)]),
+        ] {
+            assert!(
+                matches!(
+                    parse_acquire_reply(&other, "n"),
+                    Err(Error::UnexpectedReply(_))
+                ),
+                "{other:?}"
+            );
+        }
     }
 
     #[test]
