@@ -64,11 +64,12 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn channel(&self, owner: &str) -> String;
     /// Where the owner's holds live, for the watchdog.
     fn renewal(&self, owner: &Arc<str>) -> RenewTarget;
-    /// Takes a hold; replies `{status, value}` as [`run_acquire`] reads. `waiting`: the caller
-    /// waits when refused (a fair lock queues it; others ignore it). `stale`: the client knows of
-    /// no live hold of the owner on this side, so a hold the server still has for it is a
-    /// leftover (a release or repair whose outcome never reached the client) and must be
-    /// replaced by a fresh grant with a new token, never answered as reentrant.
+    /// Takes a hold; replies as [`run_acquire`] reads (one integer, or `{status, value}`).
+    /// `waiting`: the caller waits when refused (a fair lock queues it; others ignore it).
+    /// `stale`: the client knows of no live hold of the owner on this side, so a hold the
+    /// server still has for it is a leftover (a release or repair whose outcome never reached
+    /// the client) and must be replaced by a fresh grant with a new token, never answered as
+    /// reentrant.
     fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall;
     /// Gives back one hold; must be idempotent per request id when `request.resend` is set.
     /// Replies as [`parse_release`] reads.
