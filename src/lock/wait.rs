@@ -40,7 +40,7 @@ pub(crate) async fn acquire<T, F, Fut, R, H>(
     max_nap: Option<Duration>,
     mut attempt: F,
     register: R,
-    handed: H,
+    mut handed: H,
 ) -> Result<Option<T>>
 where
     F: FnMut(bool) -> Fut,
@@ -57,106 +57,87 @@ where
     let deadline = wait.zip(started).and_then(|(w, s)| s.checked_add(w));
     // The wait keeps a subscription, timers and an offer in its state: kilobytes that every
     // uncontended acquire would otherwise carry, and copy each time its future moves.
-    Box::pin(wait_after_busy(
-        client, channel, deadline, max_nap, attempt, register, handed,
-    ))
-    .await
-}
-
-/// The rest of [`acquire`] once the first attempt found the lock busy.
-async fn wait_after_busy<T, F, Fut, R, H>(
-    client: &Core,
-    channel: &str,
-    deadline: Option<Instant>,
-    max_nap: Option<Duration>,
-    mut attempt: F,
-    register: R,
-    mut handed: H,
-) -> Result<Option<T>>
-where
-    F: FnMut(bool) -> Fut,
-    Fut: Future<Output = Result<Attempt<T>>>,
-    R: FnOnce() -> Option<Registration>,
-    H: FnMut(HandedHold) -> T,
-{
-    if let Some(d) = deadline
-        && Instant::now() >= d
-    {
-        return Ok(None);
-    }
-    let recheck = client.config.recheck_interval;
-    let mut budget = client.config.response_timeout;
-    if let Some(d) = deadline {
-        budget = budget.min(d.saturating_duration_since(Instant::now()));
-    }
-    let subscription = client.hub.subscribe(channel, budget).await?;
-    let local = register();
-    // The receiver of the current nap, while a release may offer this waiter the lock.
-    let mut offer: Option<oneshot::Receiver<Handed>> = None;
-    let mut ask_server = false;
-    loop {
-        if let (Some(local), Some(rx)) = (&local, offer.take())
-            && let Turn::Offered(rx) = local.wake(rx)
+    Box::pin(async move {
+        if let Some(d) = deadline
+            && Instant::now() >= d
         {
-            // A release picked this waiter: it is told the outcome with the release's reply,
-            // within the wait budget. Giving up here leaves a hold handed meanwhile to be given
-            // back (see `HandedHold`).
-            let outcome = match deadline {
-                Some(d) => tokio::time::timeout_at(d, rx).await.ok(),
-                None => Some(rx.await),
-            };
-            local.settled();
-            match outcome {
-                None => return Ok(None),
-                Some(Ok(Handed::Granted(hold))) => return Ok(Some(handed(hold))),
-                Some(_) => ask_server = true,
-            }
+            return Ok(None);
         }
-        let answer = attempt(std::mem::take(&mut ask_server)).await?;
-        // A local answer never follows a wake-up (wake-ups set `ask_server`), so a wake-up
-        // marked used here always had its attempt reach Redis.
-        subscription.used();
-        let ttl = match answer {
-            Attempt::Granted(granted) => return Ok(Some(granted)),
-            Attempt::Busy { ttl } => ttl,
-        };
-        let mut nap = ttl.map_or(recheck, |t| t.min(recheck));
-        if let Some(max) = max_nap {
-            nap = nap.min(max);
-        }
+        let recheck = client.config.recheck_interval;
+        let mut budget = client.config.response_timeout;
         if let Some(d) = deadline {
-            let now = Instant::now();
-            if now >= d {
-                return Ok(None);
-            }
-            nap = nap.min(d - now);
+            budget = budget.min(d.saturating_duration_since(Instant::now()));
         }
-        let nap = nap.max(Duration::from_millis(1));
-        offer = local.as_ref().map(Registration::nap);
-        tokio::select! {
-            woken = subscription.woken() => {
-                woken?;
-                crate::observe::woken(channel);
-                ask_server = true;
-            }
-            // Only the attempt right after a busy answer may trust the client's own view.
-            () = tokio::time::sleep(nap) => ask_server = true,
-            outcome = async {
-                match offer.as_mut() {
-                    Some(rx) => rx.await,
-                    None => std::future::pending().await,
-                }
-            }, if offer.is_some() =>
+        let subscription = client.hub.subscribe(channel, budget).await?;
+        let local = register();
+        // The receiver of the current nap, while a release may offer this waiter the lock.
+        let mut offer: Option<oneshot::Receiver<Handed>> = None;
+        let mut ask_server = false;
+        loop {
+            if let (Some(local), Some(rx)) = (&local, offer.take())
+                && let Turn::Offered(rx) = local.wake(rx)
             {
-                offer = None;
-                if let Some(local) = &local {
-                    local.settled();
+                // A release picked this waiter: it is told the outcome with the release's reply,
+                // within the wait budget. Giving up here leaves a hold handed meanwhile to be given
+                // back (see `HandedHold`).
+                let outcome = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, rx).await.ok(),
+                    None => Some(rx.await),
+                };
+                local.settled();
+                match outcome {
+                    None => return Ok(None),
+                    Some(Ok(Handed::Granted(hold))) => return Ok(Some(handed(hold))),
+                    Some(_) => ask_server = true,
                 }
-                if let Ok(Handed::Granted(hold)) = outcome {
-                    return Ok(Some(handed(hold)));
+            }
+            let answer = attempt(std::mem::take(&mut ask_server)).await?;
+            // A local answer never follows a wake-up (wake-ups set `ask_server`), so a wake-up
+            // marked used here always had its attempt reach Redis.
+            subscription.used();
+            let ttl = match answer {
+                Attempt::Granted(granted) => return Ok(Some(granted)),
+                Attempt::Busy { ttl } => ttl,
+            };
+            let mut nap = ttl.map_or(recheck, |t| t.min(recheck));
+            if let Some(max) = max_nap {
+                nap = nap.min(max);
+            }
+            if let Some(d) = deadline {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(None);
                 }
-                ask_server = true;
+                nap = nap.min(d - now);
+            }
+            let nap = nap.max(Duration::from_millis(1));
+            offer = local.as_ref().map(Registration::nap);
+            tokio::select! {
+                woken = subscription.woken() => {
+                    woken?;
+                    crate::observe::woken(channel);
+                    ask_server = true;
+                }
+                // Only the attempt right after a busy answer may trust the client's own view.
+                () = tokio::time::sleep(nap) => ask_server = true,
+                outcome = async {
+                    match offer.as_mut() {
+                        Some(rx) => rx.await,
+                        None => std::future::pending().await,
+                    }
+                }, if offer.is_some() =>
+                {
+                    offer = None;
+                    if let Some(local) = &local {
+                        local.settled();
+                    }
+                    if let Ok(Handed::Granted(hold)) = outcome {
+                        return Ok(Some(handed(hold)));
+                    }
+                    ask_server = true;
+                }
             }
         }
-    }
+    })
+    .await
 }
