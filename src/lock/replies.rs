@@ -34,6 +34,9 @@ pub(crate) enum Released {
     Freed,
     /// Holds of the owner remain.
     StillHeld,
+    /// (Short form only) the owner has several holds on the server, which the client did not
+    /// know of: nothing changed.
+    SeveralHolds,
     /// The owner held nothing.
     NotOwner,
     /// (Resends only) the owner holds nothing and no partial release of this request is
@@ -162,13 +165,15 @@ pub(crate) fn parse_handover(status: i64, value: i64) -> Result<HandedOver> {
     }
 }
 
-/// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held.
+/// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held,
+/// 2 gone on a resend, 3 several holds (short form, nothing changed).
 pub(crate) fn parse_release(reply: &Value) -> Result<Released> {
     match reply {
         Value::Nil => Ok(Released::NotOwner),
         Value::Int(1) => Ok(Released::Freed),
         Value::Int(0) => Ok(Released::StillHeld),
         Value::Int(2) => Ok(Released::Gone),
+        Value::Int(3) => Ok(Released::SeveralHolds),
         other => Err(Error::unexpected(format!("release answered {other:?}"))),
     }
 }
@@ -311,6 +316,10 @@ mod tests {
         assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
         assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
         assert_eq!(parse_release(&Value::Int(2)).unwrap(), Released::Gone);
+        assert_eq!(
+            parse_release(&Value::Int(3)).unwrap(),
+            Released::SeveralHolds
+        );
         assert!(parse_release(&Value::Int(7)).is_err());
         assert!(parse_release(&Value::Okay).is_err());
     }
