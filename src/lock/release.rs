@@ -155,8 +155,8 @@ impl Holder {
                 .ops
                 .release_to(owner, to_ref, to_lease_ms, own, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
-            let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
-            parse_handover(status, value)
+            let reply: Value = self.inner().executor.run(&call, self.name()).await?;
+            parse_handover(&reply)
         })
         .await;
         match result? {
