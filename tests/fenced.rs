@@ -136,7 +136,7 @@ async fn a_resent_handover_keeps_the_names_counter_above_the_token_it_answers() 
     let _: () = raw.set(&counter, 100).await.unwrap();
     let _: () = raw.set("redisson_lock_token:{fx}", 50).await.unwrap();
     let script = redis::Script::new(include_str!("../lua/lock_handover.lua"));
-    let (status, token): (i64, i64) = script
+    let token: i64 = script
         .key("fx")
         .key("redisson_lock__channel:{fx}")
         .key(&counter)
@@ -149,7 +149,84 @@ async fn a_resent_handover_keeps_the_names_counter_above_the_token_it_answers() 
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!((status, token), (3, 100));
+    assert_eq!(token, 100, "handed over, with the slot counter's value");
     let java: i64 = raw.incr("redisson_lock_token:{fx}", 1).await.unwrap();
     assert!(java > token, "a Java grant got {java} after token {token}");
+}
+
+/// The handover script's integer replies, one per outcome, and its refusal to hand out a token
+/// below 1 (which could not be told from them). Run on the script itself, as a release of this
+/// client sends it (no subscriber of another client unless said).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handover_script_answers_one_integer_per_outcome() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let counter = client.get_lock("hx").token_counter_key();
+    let mut raw = server.raw().await;
+    assert_eq!(
+        handover(&mut raw, &counter, "0").await.unwrap(),
+        redis::Value::Int(-1)
+    );
+    assert_eq!(
+        handover(&mut raw, &counter, "1").await.unwrap(),
+        redis::Value::Int(-2)
+    );
+    let _: () = raw.hset("hx", "releaser", 2).await.unwrap();
+    assert_eq!(
+        handover(&mut raw, &counter, "0").await.unwrap(),
+        redis::Value::Int(-3)
+    );
+    assert_eq!(raw.hget::<_, _, i64>("hx", "releaser").await.unwrap(), 2);
+
+    // A counter set by hand below 0: no token below 1, and the lock unchanged.
+    let _: () = raw.hset("hx", "releaser", 1).await.unwrap();
+    let _: () = raw.set(&counter, -5).await.unwrap();
+    let err = handover(&mut raw, &counter, "0")
+        .await
+        .expect_err("token -4");
+    assert!(err.to_string().contains("below 1"), "{err}");
+    assert_eq!(raw.hget::<_, _, i64>("hx", "releaser").await.unwrap(), 1);
+    assert!(!raw.hexists::<_, _, bool>("hx", "waiter").await.unwrap());
+
+    let _: () = raw.set(&counter, 41).await.unwrap();
+    assert_eq!(
+        handover(&mut raw, &counter, "0").await.unwrap(),
+        redis::Value::Int(42)
+    );
+    assert_eq!(raw.hget::<_, _, i64>("hx", "waiter").await.unwrap(), 1);
+    // Its resend, the waiter holding: the counter's value again.
+    assert_eq!(
+        handover(&mut raw, &counter, "1").await.unwrap(),
+        redis::Value::Int(42)
+    );
+
+    // Another client waits: freed and published instead.
+    let _: () = raw.del("hx").await.unwrap();
+    let _: () = raw.hset("hx", "releaser", 1).await.unwrap();
+    let _listener = support::Listener::on(&server, "redisson_lock__channel:{hx}").await;
+    assert_eq!(
+        handover(&mut raw, &counter, "0").await.unwrap(),
+        redis::Value::Int(0)
+    );
+    assert!(!raw.exists::<_, bool>("hx").await.unwrap());
+}
+
+/// Hands lock `hx` from `releaser` to `waiter` by the script, as a release of this client sends
+/// it (with no subscriber of its own).
+async fn handover(
+    raw: &mut redis::aio::MultiplexedConnection,
+    counter: &str,
+    resend: &str,
+) -> redis::RedisResult<redis::Value> {
+    redis::Script::new(include_str!("../lua/lock_handover.lua"))
+        .key("hx")
+        .key("redisson_lock__channel:{hx}")
+        .key(counter)
+        .arg("releaser")
+        .arg("waiter")
+        .arg(30_000)
+        .arg(0)
+        .arg(resend)
+        .invoke_async(raw)
+        .await
 }

@@ -33,6 +33,10 @@ use crate::watchdog::{RenewTarget, Renewal};
 pub(crate) struct ReleaseRequest<'a> {
     pub(crate) id: &'a str,
     pub(crate) resend: bool,
+    /// The client believes this gives back the owner's last hold. A kind may then send a first
+    /// send (never a resend) in a short form that does not decrement, answering
+    /// [`SeveralHolds`](crate::lock::replies::Released::SeveralHolds) when the server counts more.
+    pub(crate) last: bool,
     /// How long a partial release's latch lives.
     pub(crate) latch_ttl_ms: u64,
 }
@@ -41,6 +45,11 @@ impl ReleaseRequest<'_> {
     /// The scripts' resend flag.
     pub(crate) fn resend_flag(&self) -> &'static str {
         flag(self.resend)
+    }
+
+    /// Whether a kind that has a short form may send it: see [`ReleaseRequest::last`].
+    pub(crate) fn short(&self) -> bool {
+        self.last && !self.resend
     }
 }
 

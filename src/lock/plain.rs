@@ -92,6 +92,14 @@ impl LockOps for PlainOps {
     }
 
     fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+        if request.short() {
+            // Neither latch nor lease: on the common path the script needs neither, and each
+            // key or argument costs Redis on every call.
+            return ScriptCall::new(&LOCK_RELEASE)
+                .key(&*self.name)
+                .key(&self.channel)
+                .arg(owner);
+        }
         ScriptCall::new(&LOCK_RELEASE)
             .key(&*self.name)
             .key(&self.channel)

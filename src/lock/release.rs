@@ -45,7 +45,7 @@ impl Holder {
             // Boxed: only a contended release hands over, and its future is the largest here.
             Some(offer) => Box::pin(self.hand_over(&owner, lease, request_id, offer)).await,
             None => {
-                self.send_release_resending(&owner, lease, request_id, resend)
+                self.send_release_resending(&owner, lease, request_id, resend, holds.count == 1)
                     .await
             }
         };
@@ -58,8 +58,13 @@ impl Holder {
         }
         holds.count -= 1;
         let outcome = match result {
-            Ok(Released::StillHeld) if holds.count == 0 => {
-                // The server counted holds we did not know of (an earlier repair failed).
+            // SeveralHolds answers only a short send, which goes out only for the last hold we
+            // know of: the count is 0 here. Met otherwise, the server keeps more holds than we
+            // count, which the last release then finds and repairs.
+            Ok(Released::StillHeld | Released::SeveralHolds) if holds.count == 0 => {
+                // The server counted holds we did not know of (an earlier repair failed). After
+                // a short send (which changed nothing) the repair removes them all, as after a
+                // full send (which took one away).
                 if let Err(e) = Box::pin(self.repair_to(&owner, 0, 0)).await {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
                     self.taint(&mut holds, lease.lease_ms());
@@ -72,7 +77,7 @@ impl Holder {
                 holds.count = 0;
                 Ok(())
             }
-            Ok(Released::Freed | Released::StillHeld) => Ok(()),
+            Ok(Released::Freed | Released::StillHeld | Released::SeveralHolds) => Ok(()),
             Ok(Released::NotOwner | Released::Gone) => {
                 lease.mark_lost();
                 holds.count = 0;
@@ -99,16 +104,27 @@ impl Holder {
 
     /// Sends a release, resending it on a new connection when the first one dropped. The
     /// resend carries the same request id and says it is one: a partial release that ran is
-    /// answered from its latch, never applied twice.
+    /// answered from its latch, never applied twice. `last`: we know of no other hold of the
+    /// owner, so a first send may take the kind's short form.
+    ///
+    /// A short send writes no latch, so resends (here after a dropped connection, or a cancelled
+    /// unlock's background resend, see guard.rs) always take the full form, which stays right
+    /// whatever the short send did:
+    /// - it released the last hold: the resend finds no hold and no latch and answers Gone,
+    ///   read as freed since the hold stood at send (as after a full send that did the same);
+    /// - it found several holds and changed nothing: the resend takes one away (with a latch)
+    ///   and answers StillHeld, and the hold count being 0 here, the holder removes the others;
+    /// - it never ran: the resend is an ordinary full release.
     async fn send_release_resending(
         &self,
         owner: &str,
         lease: &Lease,
         request_id: &str,
         resend: bool,
+        last: bool,
     ) -> Result<Released> {
         with_resends(resend, |resend| {
-            self.send_release(owner, lease, request_id, resend)
+            self.send_release(owner, lease, request_id, resend, last)
         })
         .await
     }
@@ -139,8 +155,8 @@ impl Holder {
                 .ops
                 .release_to(owner, to_ref, to_lease_ms, own, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
-            let (status, value): (i64, i64) = self.inner().executor.run(&call, self.name()).await?;
-            parse_handover(status, value)
+            let reply: Value = self.inner().executor.run(&call, self.name()).await?;
+            parse_handover(&reply)
         })
         .await;
         match result? {
@@ -178,8 +194,9 @@ impl Holder {
             }
             HandedOver::SeveralHolds => {
                 // The waiter is told after this release, so its attempt does not meet our hold.
+                // The full form: a short one would only answer "several holds" again.
                 let result = self
-                    .send_release_resending(owner, lease, request_id, false)
+                    .send_release_resending(owner, lease, request_id, false, false)
                     .await;
                 pending.take().declined();
                 result
@@ -193,10 +210,12 @@ impl Holder {
         lease: &Lease,
         request_id: &str,
         resend: bool,
+        last: bool,
     ) -> Result<Released> {
         let request = ReleaseRequest {
             id: request_id,
             resend,
+            last,
             latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
         };
         let call = self.ops.release(owner, lease.lease_ms(), request);

@@ -34,6 +34,9 @@ pub(crate) enum Released {
     Freed,
     /// Holds of the owner remain.
     StillHeld,
+    /// (Short form only) the owner has several holds on the server, which the client did not
+    /// know of: nothing changed.
+    SeveralHolds,
     /// The owner held nothing.
     NotOwner,
     /// (Resends only) the owner holds nothing and no partial release of this request is
@@ -147,28 +150,30 @@ pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acqui
     }
 }
 
-/// Parses `{status, value}` from the handover script: 3 handed over (value: the waiter's token),
-/// 1 freed, 4 several holds (nothing done), 0 not the owner, 2 gone on a resend.
-pub(crate) fn parse_handover(status: i64, value: i64) -> Result<HandedOver> {
-    match status {
-        3 => u64::try_from(value)
-            .map(|token| HandedOver::Handed { token })
-            .map_err(|_| Error::unexpected(format!("fencing token {value}"))),
-        1 => Ok(HandedOver::Released(Released::Freed)),
-        4 => Ok(HandedOver::SeveralHolds),
-        0 => Ok(HandedOver::Released(Released::NotOwner)),
-        2 => Ok(HandedOver::Released(Released::Gone)),
-        other => Err(Error::unexpected(format!("handover status {other}"))),
+/// Parses lock_handover.lua's integer: a token (>= 1) handed over, 0 freed, -1 not the owner,
+/// -2 gone on a resend, -3 several holds (nothing done).
+pub(crate) fn parse_handover(reply: &Value) -> Result<HandedOver> {
+    match reply {
+        Value::Int(n @ 1..) => Ok(HandedOver::Handed {
+            token: n.unsigned_abs(),
+        }),
+        Value::Int(0) => Ok(HandedOver::Released(Released::Freed)),
+        Value::Int(-1) => Ok(HandedOver::Released(Released::NotOwner)),
+        Value::Int(-2) => Ok(HandedOver::Released(Released::Gone)),
+        Value::Int(-3) => Ok(HandedOver::SeveralHolds),
+        other => Err(Error::unexpected(format!("handover answered {other:?}"))),
     }
 }
 
-/// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held.
+/// Parses a release script's reply: 1 the owner's last hold went, 0 holds remain, nil not held,
+/// 2 gone on a resend, 3 several holds (short form, nothing changed).
 pub(crate) fn parse_release(reply: &Value) -> Result<Released> {
     match reply {
         Value::Nil => Ok(Released::NotOwner),
         Value::Int(1) => Ok(Released::Freed),
         Value::Int(0) => Ok(Released::StillHeld),
         Value::Int(2) => Ok(Released::Gone),
+        Value::Int(3) => Ok(Released::SeveralHolds),
         other => Err(Error::unexpected(format!("release answered {other:?}"))),
     }
 }
@@ -284,25 +289,25 @@ mod tests {
 
     #[test]
     fn handover_replies_are_parsed_strictly() {
+        let parse = |n: i64| parse_handover(&Value::Int(n));
+        assert_eq!(parse(9).unwrap(), HandedOver::Handed { token: 9 });
         assert_eq!(
-            parse_handover(3, 9).unwrap(),
-            HandedOver::Handed { token: 9 }
+            parse(i64::MAX).unwrap(),
+            HandedOver::Handed {
+                token: i64::MAX as u64
+            }
         );
-        assert_eq!(
-            parse_handover(1, 0).unwrap(),
-            HandedOver::Released(Released::Freed)
-        );
-        assert_eq!(parse_handover(4, 2).unwrap(), HandedOver::SeveralHolds);
-        assert_eq!(
-            parse_handover(0, 0).unwrap(),
-            HandedOver::Released(Released::NotOwner)
-        );
-        assert_eq!(
-            parse_handover(2, 0).unwrap(),
-            HandedOver::Released(Released::Gone)
-        );
-        assert!(parse_handover(3, -1).is_err());
-        assert!(parse_handover(5, 0).is_err());
+        assert_eq!(parse(0).unwrap(), HandedOver::Released(Released::Freed));
+        assert_eq!(parse(-1).unwrap(), HandedOver::Released(Released::NotOwner));
+        assert_eq!(parse(-2).unwrap(), HandedOver::Released(Released::Gone));
+        assert_eq!(parse(-3).unwrap(), HandedOver::SeveralHolds);
+        assert!(parse(-4).is_err());
+        assert!(parse(i64::MIN).is_err());
+        // The old table shape, or anything else, is no reply of this script.
+        let table = Value::Array(vec![Value::Int(3), Value::Int(9)]);
+        assert!(parse_handover(&table).is_err());
+        assert!(parse_handover(&Value::Nil).is_err());
+        assert!(parse_handover(&Value::Okay).is_err());
     }
 
     #[test]
@@ -311,6 +316,10 @@ mod tests {
         assert_eq!(parse_release(&Value::Int(1)).unwrap(), Released::Freed);
         assert_eq!(parse_release(&Value::Int(0)).unwrap(), Released::StillHeld);
         assert_eq!(parse_release(&Value::Int(2)).unwrap(), Released::Gone);
+        assert_eq!(
+            parse_release(&Value::Int(3)).unwrap(),
+            Released::SeveralHolds
+        );
         assert!(parse_release(&Value::Int(7)).is_err());
         assert!(parse_release(&Value::Okay).is_err());
     }

@@ -1,0 +1,142 @@
+//! The plain lock's release script in its two forms: the short one a first send of the owner's
+//! last hold takes, and the full one every other release and every resend takes.
+
+mod support;
+
+use redis::AsyncCommands;
+use support::{Listener, RedisServer, client};
+
+const CHANNEL: &str = "redisson_lock__channel:{forms}";
+
+/// The release script as the library sends it: short (lock, channel; owner) or full.
+fn release(owner: &str, full: Option<(&str, &str)>) -> redis::ScriptInvocation<'static> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| redis::Script::new(include_str!("../lua/lock_release.lua")));
+    let mut inv = script.prepare_invoke();
+    inv.key("forms").key(CHANNEL);
+    if let Some((request, resend)) = full {
+        inv.key(format!("redisson_unlock_latch:{{forms}}:{request}"));
+        inv.arg(owner).arg(30_000).arg(5_000).arg(resend);
+    } else {
+        inv.arg(owner);
+    }
+    inv
+}
+
+async fn latches(raw: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    raw.keys("redisson_unlock_latch:*").await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_release_of_the_last_hold_frees_and_its_full_resend_finds_it_gone() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let mut listener = Listener::on(&server, CHANNEL).await;
+    let _: () = raw.hset("forms", "me", 1).await.unwrap();
+
+    let first: Option<i64> = release("me", None).invoke_async(&mut raw).await.unwrap();
+    assert_eq!(first, Some(1));
+    assert_eq!(listener.next().await, "0");
+    assert!(!raw.exists::<_, bool>("forms").await.unwrap());
+    // The connection dropped under the short send: the resend, in full form, finds no hold and
+    // no latch, and says so (2), which the client reads as freed.
+    let resent: Option<i64> = release("me", Some(("req-1", "1")))
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(resent, Some(2));
+    assert!(latches(&mut raw).await.is_empty());
+
+    // No hold at all: not the owner, nothing changed.
+    let none: Option<i64> = release("me", None).invoke_async(&mut raw).await.unwrap();
+    assert_eq!(none, None);
+    assert_eq!(
+        listener
+            .next_within(std::time::Duration::from_millis(200))
+            .await,
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_release_leaves_several_holds_alone_and_its_full_resend_takes_one() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let _: () = raw.hset("forms", "me", 2).await.unwrap();
+    let _: () = raw.pexpire("forms", 10_000).await.unwrap();
+
+    let first: Option<i64> = release("me", None).invoke_async(&mut raw).await.unwrap();
+    assert_eq!(first, Some(3), "several holds: nothing changed");
+    assert_eq!(raw.hget::<_, _, i64>("forms", "me").await.unwrap(), 2);
+    assert!(
+        latches(&mut raw).await.is_empty(),
+        "the short form writes no latch"
+    );
+    let ttl: i64 = raw.pttl("forms").await.unwrap();
+    assert!(
+        ttl > 0 && ttl <= 10_000,
+        "the short form leaves the TTL: {ttl}"
+    );
+
+    // Its resends, in full form: one hold goes, once.
+    for _ in 0..2 {
+        let resent: Option<i64> = release("me", Some(("req-2", "1")))
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(resent, Some(0));
+        assert_eq!(raw.hget::<_, _, i64>("forms", "me").await.unwrap(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_release_of_another_type_is_wrongtype_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let _: () = raw.set("forms", "a string").await.unwrap();
+    let err = release("me", None)
+        .invoke_async::<Option<i64>>(&mut raw)
+        .await
+        .expect_err("a string is no lock");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(raw.get::<_, String>("forms").await.unwrap(), "a string");
+}
+
+/// A hold the server counts but the client does not know of (an earlier repair failed): the
+/// client's last release must still free the lock and tell waiters, and leaves no latch behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_release_over_a_stray_hold_frees_the_lock_and_publishes() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    for (name, fenced) in [("stray", false), ("stray-fenced", true)] {
+        let mut listener =
+            Listener::on(&server, &format!("redisson_lock__channel:{{{name}}}")).await;
+        let guard = if fenced {
+            client
+                .get_fenced_lock(name)
+                .lock_and_get_token()
+                .await
+                .unwrap()
+                .1
+        } else {
+            client.get_lock(name).lock().await.unwrap()
+        };
+        let owner: String = raw.hkeys::<_, Vec<String>>(name).await.unwrap().remove(0);
+        let _: () = raw.hset(name, &owner, 2).await.unwrap();
+
+        guard.unlock().await.expect("the last release");
+        assert!(
+            !raw.exists::<_, bool>(name).await.unwrap(),
+            "{name} still held"
+        );
+        assert_eq!(listener.next().await, "0");
+        assert!(
+            latches(&mut raw).await.is_empty(),
+            "a release that frees the lock needs no latch"
+        );
+        let again = client.get_lock(name).try_lock().await.unwrap();
+        assert!(again.is_some(), "{name} is free for the next owner");
+        again.unwrap().unlock().await.unwrap();
+    }
+}
