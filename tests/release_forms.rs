@@ -4,7 +4,9 @@
 mod support;
 
 use redis::AsyncCommands;
-use support::{Listener, RedisServer, client};
+use std::time::Duration;
+
+use support::{Listener, Mode, Proxy, RedisServer, builder_for, client, eventually};
 
 const CHANNEL: &str = "redisson_lock__channel:{forms}";
 
@@ -139,4 +141,73 @@ async fn the_last_release_over_a_stray_hold_frees_the_lock_and_publishes() {
         assert!(again.is_some(), "{name} is free for the next owner");
         again.unwrap().unlock().await.unwrap();
     }
+}
+
+/// An unlock cancelled while it repairs a stray hold (its short send found several holds and
+/// changed nothing; the repair has gone out but not through) must still give the lock back: its
+/// background resend finds the hold counted and takes it back with the full form. The proxy
+/// holds the short send's reply back, then lets nothing through, so the repair never reaches
+/// the server until the unlock was cancelled and its connection cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_cancelled_during_its_stray_hold_repair_still_frees_the_lock() {
+    let server = RedisServer::start();
+    let proxy = std::sync::Arc::new(Proxy::start(server.port()).await);
+    let client = builder_for(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    let guard = client
+        .get_lock("cancelled-repair")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let owner: String = raw
+        .hkeys::<_, Vec<String>>("cancelled-repair")
+        .await
+        .unwrap()
+        .remove(0);
+    let _: () = raw.hset("cancelled-repair", &owner, 2).await.unwrap();
+
+    proxy.set(Mode::Delay(Duration::from_millis(400)));
+    let blackhole = tokio::spawn({
+        let proxy = proxy.clone();
+        async move {
+            // The short send has reached the server; its reply waits in the delay.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            proxy.set(Mode::Blackhole);
+        }
+    });
+    let cancelled = tokio::time::timeout(Duration::from_millis(800), guard.unlock()).await;
+    assert!(
+        cancelled.is_err(),
+        "the unlock was to be cancelled mid-repair"
+    );
+    blackhole.await.unwrap();
+    let count: Option<i64> = raw.hget("cancelled-repair", &owner).await.unwrap();
+    assert_eq!(
+        count,
+        Some(2),
+        "the short send changed nothing and the repair was held back"
+    );
+    // The held-back repair is lost with its connection; the background resend reconnects.
+    proxy.set(Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.set(Mode::Pass);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !server
+                .raw()
+                .await
+                .exists::<_, bool>("cancelled-repair")
+                .await
+                .unwrap()
+        })
+        .await,
+        "the cancelled unlock left the lock held: {:?}",
+        raw.hgetall::<_, Vec<(String, i64)>>("cancelled-repair")
+            .await
+            .unwrap()
+    );
 }

@@ -56,34 +56,42 @@ impl Holder {
                 Released::NotOwner
             });
         }
-        holds.count -= 1;
+        let remaining = holds.count - 1;
         let outcome = match result {
             // SeveralHolds answers only a short send, which goes out only for the last hold we
-            // know of: the count is 0 here. Met otherwise, the server keeps more holds than we
-            // count, which the last release then finds and repairs.
-            Ok(Released::StillHeld | Released::SeveralHolds) if holds.count == 0 => {
+            // know of. Met otherwise, the server keeps more holds than we count, which the last
+            // release then finds and repairs.
+            Ok(Released::StillHeld | Released::SeveralHolds) if remaining == 0 => {
                 // The server counted holds we did not know of (an earlier repair failed). After
                 // a short send (which changed nothing) the repair removes them all, as after a
-                // full send (which took one away).
-                if let Err(e) = Box::pin(self.repair_to(&owner, 0, 0)).await {
+                // full send (which took one away). The count drops only once the repair is
+                // settled: an unlock cancelled during it leaves the hold counted, so its
+                // background resend (guard.rs) gives it back in the full form and repairs.
+                let repaired = Box::pin(self.repair_to(&owner, 0, 0)).await;
+                holds.count = 0;
+                if let Err(e) = repaired {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
                     self.taint(&mut holds, lease.lease_ms());
                 }
                 Ok(())
             }
-            Ok(Released::Freed) if holds.count > 0 => {
+            Ok(Released::Freed) if remaining > 0 => {
                 // The server had fewer holds than we knew of: the others are gone.
                 lease.mark_lost();
                 holds.count = 0;
                 Ok(())
             }
-            Ok(Released::Freed | Released::StillHeld | Released::SeveralHolds) => Ok(()),
+            Ok(Released::Freed | Released::StillHeld | Released::SeveralHolds) => {
+                holds.count = remaining;
+                Ok(())
+            }
             Ok(Released::NotOwner | Released::Gone) => {
                 lease.mark_lost();
                 holds.count = 0;
                 Err(self.lost())
             }
             Err(e) => {
+                holds.count = remaining;
                 if e.outcome_unknown() {
                     // The release may or may not have run, or may still run late: the server
                     // may still count the hold.
