@@ -196,13 +196,9 @@ async fn an_unlock_cancelled_during_its_stray_hold_repair_still_frees_the_lock()
     tokio::time::sleep(Duration::from_millis(50)).await;
     proxy.set(Mode::Pass);
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            !server
-                .raw()
-                .await
-                .exists::<_, bool>("cancelled-repair")
-                .await
-                .unwrap()
+        eventually(Duration::from_secs(5), || {
+            let mut raw = raw.clone();
+            async move { !raw.exists::<_, bool>("cancelled-repair").await.unwrap() }
         })
         .await,
         "the cancelled unlock left the lock held: {:?}",

@@ -31,21 +31,24 @@ impl Holder {
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
         let held_at_send = !lease.is_lost();
+        // The only hold the client knows of: a release of it may hand over, and its first send
+        // may take the kind's short form.
+        let only_hold = holds.count == 1;
         // The client stops counting this hold as taken before its last release goes out.
-        let last = holds.count == 1 && self.ops.hands_over();
+        let last = only_hold && self.ops.hands_over();
         if last {
             self.inner().local_waiters.releasing(self.name(), lease);
         }
         // The last hold goes straight to a waiter of this client when one naps. A resend never
         // hands over: its first send's handover, if any, is settled already.
-        let offer = (holds.count == 1 && held_at_send && !resend && self.ops.hands_over())
+        let offer = (last && held_at_send && !resend)
             .then(|| self.inner().local_waiters.offer(self.name(), &owner))
             .flatten();
         let mut result = match offer {
             // Boxed: only a contended release hands over, and its future is the largest here.
             Some(offer) => Box::pin(self.hand_over(&owner, lease, request_id, offer)).await,
             None => {
-                self.send_release_resending(&owner, lease, request_id, resend, holds.count == 1)
+                self.send_release_resending(&owner, lease, request_id, resend, only_hold)
                     .await
             }
         };

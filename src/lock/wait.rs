@@ -48,13 +48,12 @@ where
     R: FnOnce() -> Option<Registration>,
     H: FnMut(HandedHold) -> T,
 {
-    // Only a bounded wait needs to know when it started.
-    let started = wait.map(|_| Instant::now());
+    // Counted from before the first attempt. No deadline: wait for ever (also for a budget too
+    // large for the clock). Only a bounded wait reads the clock.
+    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     if let Attempt::Granted(granted) = attempt(false).await? {
         return Ok(Some(granted));
     }
-    // No deadline: wait for ever (also for a budget too large for the clock).
-    let deadline = wait.zip(started).and_then(|(w, s)| s.checked_add(w));
     // The wait keeps a subscription, timers and an offer in its state: kilobytes that every
     // uncontended acquire would otherwise carry, and copy each time its future moves.
     Box::pin(async move {
