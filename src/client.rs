@@ -9,7 +9,7 @@ use crate::config::{ClientBuilder, Config};
 use crate::connection::Connection;
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::lock::{FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
+use crate::lock::{ClientLocks, FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::runtime::ClientThread;
@@ -47,6 +47,8 @@ use redis::IntoConnectionInfo;
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Core>,
+    /// The lock engine's bookkeeping of this client: its owners and local waiters.
+    locks: Arc<ClientLocks>,
 }
 
 impl std::fmt::Debug for Client {
@@ -104,10 +106,30 @@ impl Client {
         self.inner.owners.client_id()
     }
 
-    /// A handle on the reentrant lock `name`, with an owner of its own.
+    /// How many lock owners this client keeps state for now. An owner is a task (or, outside
+    /// any task, a thread) with respect to one lock name, as long as it holds that lock, waits
+    /// for it, or has a release or repair of it under way. It drops back to zero once every
+    /// guard is gone and its background release has finished, however many tasks locked: a
+    /// leak check and a monitoring gauge. `RMutex` acquires are not counted.
     ///
-    /// Clones of the handle are the same owner (locking again is reentrant); another call to
-    /// `get_lock` with the same name is another contender, even in the same task. A malformed
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_lock("jobs").lock().await?;
+    /// assert_eq!(client.live_owners(), 1);
+    /// guard.unlock().await?;
+    /// assert_eq!(client.live_owners(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn live_owners(&self) -> usize {
+        self.locks.owners.len()
+    }
+
+    /// A handle on the reentrant lock `name`.
+    ///
+    /// Its holds belong to the task that asks (see [`RLock`]): tasks sharing the handle are
+    /// contenders, and one task locking again, through any handle of the name, is reentrant. A malformed
     /// name (empty, over 16 KiB, broken `{}` hash tag) is reported by every operation of the
     /// handle as [`Error::InvalidArgument`].
     ///
@@ -122,11 +144,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_lock(&self, name: &str) -> RLock {
-        RLock::new(self.inner.clone(), name)
+        RLock::new(self.inner.clone(), self.locks.clone(), name)
     }
 
-    /// A handle on the fair lock `name`: granted in the order the waiters asked, with an owner
-    /// of its own. See [`RFairLock`].
+    /// A handle on the fair lock `name`: granted in the order the waiters asked, each task a
+    /// waiter of its own. See [`RFairLock`].
     ///
     /// # Examples
     ///
@@ -138,14 +160,11 @@ impl Client {
     /// ```
     pub fn get_fair_lock(&self, name: &str) -> RFairLock {
         let ops = FairOps::new(name, self.inner.config.fair_queue);
-        RLock::from_holder(
-            crate::lock::holder::Holder::new(self.inner.clone(), Box::new(ops)),
-            name,
-        )
+        RLock::of(self.inner.clone(), self.locks.clone(), Box::new(ops))
     }
 
-    /// A handle on the read-write lock `name`; its read and write sides are one owner. See
-    /// [`RReadWriteLock`].
+    /// A handle on the read-write lock `name`; in each task its read and write sides are one
+    /// owner. See [`RReadWriteLock`].
     ///
     /// # Examples
     ///
@@ -157,7 +176,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_read_write_lock(&self, name: &str) -> RReadWriteLock {
-        RReadWriteLock::new(self.inner.clone(), name, RwPolicy::Redisson)
+        RReadWriteLock::new(
+            self.inner.clone(),
+            self.locks.clone(),
+            name,
+            RwPolicy::Redisson,
+        )
     }
 
     /// A handle on the read-write lock `name` with `policy`: with
@@ -182,7 +206,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_read_write_lock_with(&self, name: &str, policy: RwPolicy) -> RReadWriteLock {
-        RReadWriteLock::new(self.inner.clone(), name, policy)
+        RReadWriteLock::new(self.inner.clone(), self.locks.clone(), name, policy)
     }
 
     /// A handle on the fenced lock `name`, whose acquire methods return the fencing token
@@ -198,7 +222,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_fenced_lock(&self, name: &str) -> RFencedLock {
-        RFencedLock::new(self.inner.clone(), name)
+        RFencedLock::new(self.inner.clone(), self.locks.clone(), name)
     }
 
     /// A handle on the count-down latch `name`. See [`RCountDownLatch`](crate::RCountDownLatch).
@@ -256,7 +280,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_mutex(&self, name: &str) -> crate::RMutex {
-        crate::RMutex::new(self.inner.clone(), name)
+        crate::RMutex::new(self.inner.clone(), self.locks.clone(), name)
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
@@ -340,12 +364,12 @@ impl Client {
                 config,
                 executor,
                 hub,
-                local_waiters: Arc::default(),
                 watchdog,
                 observe,
                 _shutdown: shutdown,
                 thread,
             }),
+            locks: Arc::default(),
         })
     }
 }

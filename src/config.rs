@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lock::MAX_LEASE;
+use crate::lease::MAX_LEASE;
 
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]

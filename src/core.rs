@@ -1,15 +1,12 @@
 //! What every object of one client shares, and the narrow interface the lock engine and the
 //! synchronizers use instead of the client: the settings, owner names, the script executor, the
-//! pub/sub hub, the watchdog, this client's local waiters, and a place to run background work.
-//! [`Client`](crate::Client) is a handle on it; `lock/` and `sync/` depend on this module, never
-//! on `client`.
-
-use std::sync::Arc;
+//! pub/sub hub, the watchdog, and a place to run background work. [`Client`](crate::Client) is a
+//! handle on it; `lock/` and `sync/` depend on this module, never on `client`, and this module
+//! on neither (the lock engine's own bookkeeping lives in `lock::owner::ClientLocks`).
 
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::lock::handover::LocalWaiters;
 use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::runtime::ClientThread;
@@ -22,8 +19,6 @@ pub(crate) struct Core {
     pub(crate) owners: Owners,
     pub(crate) executor: Executor,
     pub(crate) hub: Hub,
-    /// This client's waiters per lock, for releases that hand the lock over.
-    pub(crate) local_waiters: Arc<LocalWaiters>,
     pub(crate) watchdog: Watchdog,
     /// What spans and metrics say of this client's objects.
     pub(crate) observe: crate::observe::Context,

@@ -12,6 +12,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// The longest lease accepted: about 34 years. Redis refuses a TTL that would overflow its
+/// clock, and such a refusal in the middle of a script would leave a lock without TTL.
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
+
 #[derive(Debug)]
 pub(crate) struct Lease {
     token: u64,

@@ -1,14 +1,34 @@
-//! Owner identities: who holds a lock, as written into Redis.
+//! Owner identities: who asks for a lock, and the names written into Redis.
 //!
-//! Redisson names a holder `<client-uuid>:<thread-id>`. Async tasks hop threads, so here the
-//! second part is a per-client counter handed out when a lock handle is created: a handle and
-//! its clones are one owner, two handles are two contenders.
+//! Redisson names a holder `<client-uuid>:<thread-id>`: every thread is a contender, whatever
+//! lock object it uses. Here the asker is the Tokio task (`tokio::task::try_id()`) and, outside
+//! any task (a `block_on` future, a plain thread, `spawn_blocking`), the thread. The name written
+//! into Redis is `<client-uuid>:<n>`, `n` a per-client counter: an asker gets one such name per
+//! lock it holds (see [`lock::owner`](crate::lock)), and a fresh one when an old name may still
+//! meet a late command.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
+
+/// Who asks: the running Tokio task, else the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Asker {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Asker {
+    /// The caller: one thread-local read inside a task, two outside.
+    pub(crate) fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(id) => Asker::Task(id),
+            None => Asker::Thread(std::thread::current().id()),
+        }
+    }
+}
 
 /// Hands out owner names and request ids for one client.
 #[derive(Debug)]
@@ -37,7 +57,20 @@ impl Owners {
     /// A fresh owner name, `<client-uuid>:<n>`.
     pub(crate) fn next_owner(&self) -> Arc<str> {
         let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.client_text).into()
+        self.named(n)
+    }
+
+    /// The name no owner of this client ever has (`n` = 0): asking Redis about it answers for
+    /// an asker that holds nothing.
+    pub(crate) fn nobody(&self) -> Arc<str> {
+        self.named(0)
+    }
+
+    fn named(&self, n: u64) -> Arc<str> {
+        let mut name = String::with_capacity(self.client_text.len() + 21);
+        name.push_str(&self.client_text);
+        let _ = write!(name, ":{n}");
+        name.into()
     }
 
     /// A request id unique across clients and processes, for idempotent releases.
@@ -61,6 +94,7 @@ mod tests {
         let owners = Owners::new(id);
         assert_eq!(&*owners.next_owner(), format!("{id}:1"));
         assert_eq!(&*owners.next_owner(), format!("{id}:2"));
+        assert_eq!(&*owners.nobody(), format!("{id}:0"));
         assert_ne!(owners.next_request_id(), owners.next_request_id());
     }
 
@@ -68,5 +102,23 @@ mod tests {
     fn uuid_is_hyphenated_like_java() {
         let owner = Owners::new(Uuid::new_v4()).next_owner();
         assert_eq!(owner.split(':').next().unwrap().len(), 36);
+    }
+
+    #[test]
+    fn the_asker_is_the_task_inside_one_and_the_thread_outside() {
+        let outside = Asker::current();
+        assert_eq!(outside, Asker::Thread(std::thread::current().id()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (a, b) = rt.block_on(async {
+            let a = tokio::spawn(async { Asker::current() }).await.unwrap();
+            let b = tokio::spawn(async { Asker::current() }).await.unwrap();
+            (a, b)
+        });
+        assert!(matches!(a, Asker::Task(_)));
+        assert_ne!(a, b, "two tasks are two askers");
+        // A block_on future is no task: the thread asks.
+        assert_eq!(rt.block_on(async { Asker::current() }), outside);
     }
 }

@@ -102,7 +102,7 @@ async fn zero_leases_are_refused_and_zero_waits_mean_one_attempt() {
         .await
         .unwrap()
         .expect("free: one attempt wins");
-    let other = client.get_lock("durations");
+    let other = support::Elsewhere::new(client.get_lock("durations"));
     let started = std::time::Instant::now();
     assert!(
         other

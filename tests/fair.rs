@@ -143,7 +143,7 @@ async fn cancelled_and_timed_out_waiters_leave_the_queue_at_once() {
     let guard = client.get_fair_lock("leave").lock().await.unwrap();
     // Budgets that run out.
     for _ in 0..3 {
-        let lock = client.get_fair_lock("leave");
+        let lock = support::Elsewhere::new(client.get_fair_lock("leave"));
         assert!(
             lock.try_lock_for(Duration::from_millis(100), None)
                 .await
@@ -217,7 +217,7 @@ async fn try_lock_never_queues_and_deadlines_use_server_time() {
     let server = RedisServer::start();
     let client = fair_client(&server).await;
     let guard = client.get_fair_lock("try").lock().await.unwrap();
-    let other = client.get_fair_lock("try");
+    let other = support::Elsewhere::new(client.get_fair_lock("try"));
     assert!(other.try_lock().await.unwrap().is_none());
     assert!(
         other

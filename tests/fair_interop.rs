@@ -300,8 +300,7 @@ async fn a_mixed_queue_leaves_no_key_behind() {
     let (f_task, f_granted, f_release) = ferrisson_waiter(client.get_fair_lock(name));
     let f = queued(&server, name, 3).await.remove(2);
     // A ferrisson waiter whose budget runs out, and a Java one that gives up.
-    let timed_out = client
-        .get_fair_lock(name)
+    let timed_out = support::Elsewhere::new(client.get_fair_lock(name))
         .try_lock_for(Duration::from_millis(150), None)
         .await
         .unwrap();

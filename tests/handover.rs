@@ -89,8 +89,9 @@ async fn a_release_hands_the_lock_to_a_local_waiter_in_its_own_round_trip() {
     let owner_fields = fields(&server, "handed").await;
     assert_eq!(owner_fields.len(), 1, "only the new owner holds it");
     assert_eq!(owner_fields[0].1, "1");
-    assert!(b.is_held().await.unwrap());
-    assert_eq!(b.hold_count().await.unwrap(), 1);
+    // The hold is the waiter task's, carried by its guard.
+    assert!(!guard.is_lost());
+    assert!(!b.is_held().await.unwrap(), "not this task's");
     let ttl = b.remaining_ttl().await.unwrap().unwrap();
     assert!(
         ttl > Duration::from_secs(25),
@@ -295,7 +296,7 @@ async fn a_waiter_does_not_sleep_on_a_lock_forced_open_before_it_came() {
     // Open the hub's connection first (a first connection wakes every waiter to ask Redis,
     // which would hide the fault): one short wait on another lock.
     let busy = here.get_lock("warm-up").lock().await.unwrap();
-    let warm = here.get_lock("warm-up");
+    let warm = support::Elsewhere::new(here.get_lock("warm-up"));
     assert!(
         warm.try_lock_for(Duration::from_millis(200), None)
             .await
@@ -312,13 +313,11 @@ async fn a_waiter_does_not_sleep_on_a_lock_forced_open_before_it_came() {
             .unwrap()
     );
     let started = Instant::now();
-    let guard = tokio::time::timeout(
-        Duration::from_secs(1),
-        here.get_lock("forced-before").lock(),
-    )
-    .await
-    .expect("the lock is free in Redis: granted without waiting for a re-check")
-    .unwrap();
+    let waiter = support::Elsewhere::new(here.get_lock("forced-before"));
+    let guard = tokio::time::timeout(Duration::from_secs(1), waiter.lock())
+        .await
+        .expect("the lock is free in Redis: granted without waiting for a re-check")
+        .unwrap();
     assert!(started.elapsed() < Duration::from_secs(1));
     guard.unlock().await.unwrap();
     assert!(held.unlock().await.is_err(), "the forced-open hold is lost");
@@ -337,7 +336,8 @@ async fn a_local_hold_that_runs_out_unreleased_does_not_strand_local_waiters() {
         .unwrap();
     // Never released: only its lease ends the hold.
     std::mem::forget(leaked);
-    let guard = tokio::time::timeout(Duration::from_secs(3), client.get_lock("leaked").lock())
+    let waiter = support::Elsewhere::new(client.get_lock("leaked"));
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiter.lock())
         .await
         .expect("the waiter gets the lock once the lease ran out")
         .unwrap();
@@ -437,8 +437,12 @@ async fn a_cancelled_handover_release_does_not_strand_the_waiter() {
         .await
         .expect("the waiter gets the lock after all")
         .unwrap();
-    assert_eq!(lock.hold_count().await.unwrap(), 1);
-    assert_eq!(fields(&server, "cut").await.len(), 1, "one owner, once");
+    // The waiter task's hold, carried by its guard, once on the server.
+    assert!(!guard.is_lost());
+    assert!(lock.is_locked().await.unwrap());
+    let owners = fields(&server, "cut").await;
+    assert_eq!(owners.len(), 1, "one owner");
+    assert_eq!(owners[0].1, "1", "once");
     guard.unlock().await.unwrap();
     assert!(
         eventually(Duration::from_secs(2), || async {
@@ -513,8 +517,7 @@ async fn contended_acquisitions_inside_one_client_cost_one_script_each() {
     // Warm the hub's connection (its first connection wakes every waiter to ask Redis).
     let warm = client.get_lock("busy").lock().await.unwrap();
     assert!(
-        client
-            .get_lock("busy")
+        support::Elsewhere::new(client.get_lock("busy"))
             .try_lock_for(Duration::from_millis(20), None)
             .await
             .unwrap()

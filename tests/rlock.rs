@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use support::{RedisServer, client, eventually};
+use support::{Elsewhere, RedisServer, client, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_holds_are_counted_and_released_one_by_one() {
@@ -30,10 +30,16 @@ async fn reentrant_holds_are_counted_and_released_one_by_one() {
     assert_eq!(first.fencing_token(), third.fencing_token());
     let first_token = first.fencing_token();
 
-    let other = client.get_lock("reentrant");
+    // Another handle of the name in this task is this task's owner too; another task is
+    // another owner, even through a clone of the same handle.
+    let another_handle = client.get_lock("reentrant").try_lock().await.unwrap();
+    let fourth = another_handle.expect("the same task through another handle: reentrant");
+    assert_eq!(fourth.fencing_token(), first.fencing_token());
+    fourth.unlock().await.unwrap();
+    let other = Elsewhere::new(lock.clone());
     assert!(
         other.try_lock().await.unwrap().is_none(),
-        "another handle is another owner"
+        "another task is another owner"
     );
     assert!(!other.is_held().await.unwrap());
     assert!(lock.is_held().await.unwrap());
@@ -57,11 +63,11 @@ async fn reentrant_holds_are_counted_and_released_one_by_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_handles_in_one_task_contend() {
+async fn two_tasks_sharing_one_handle_contend() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let a = client.get_lock("contend");
-    let b = client.get_lock("contend");
+    let b = Elsewhere::new(a.clone());
     let held = a.lock().await.unwrap();
     let started = std::time::Instant::now();
     assert!(
@@ -235,15 +241,16 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
     {
         let client = client(&server).await;
         let guard = client.get_lock("bye").lock().await.unwrap();
-        // Contention opens the pub/sub connection too.
+        // Contention (another task's) opens the pub/sub connection too.
+        let other = Elsewhere::new(client.get_lock("bye"));
         assert!(
-            client
-                .get_lock("bye")
+            other
                 .try_lock_for(Duration::from_millis(50), None)
                 .await
                 .unwrap()
                 .is_none()
         );
+        drop(other);
         // The pub/sub connection may come up after the wait gave up (its subscription was not
         // confirmed in time).
         assert!(

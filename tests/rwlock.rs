@@ -10,50 +10,46 @@ use std::time::{Duration, Instant};
 use ferrisson::Error;
 use futures::StreamExt;
 use redis::AsyncCommands;
-use support::{HolderProcess, RedisServer, builder, client, join_within};
+use support::{Elsewhere, HolderProcess, RedisServer, builder, client, join_within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_and_writers_exclude() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let a = client.get_read_write_lock("doc");
-    let b = client.get_read_write_lock("doc");
-    let c = client.get_read_write_lock("doc");
+    // Three tasks, each an owner of both sides of its own.
+    let b = Elsewhere::rw(&client.get_read_write_lock("doc"));
+    let c = Elsewhere::rw(&client.get_read_write_lock("doc"));
 
     let ra = a.read_lock().lock().await.unwrap();
-    let rb = b
-        .read_lock()
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("readers share");
+    let rb = b.0.try_lock().await.unwrap().expect("readers share");
     assert!(
-        c.write_lock().try_lock().await.unwrap().is_none(),
+        c.1.try_lock().await.unwrap().is_none(),
         "a writer waits for readers"
     );
     ra.unlock().await.unwrap();
     assert!(
-        c.write_lock().try_lock().await.unwrap().is_none(),
+        c.1.try_lock().await.unwrap().is_none(),
         "one reader is enough to exclude"
     );
     rb.unlock().await.unwrap();
 
-    let w = c
-        .write_lock()
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("free once the readers left");
+    let w =
+        c.1.try_lock()
+            .await
+            .unwrap()
+            .expect("free once the readers left");
     assert!(
         a.read_lock().try_lock().await.unwrap().is_none(),
         "a writer excludes readers"
     );
     assert!(
-        b.write_lock().try_lock().await.unwrap().is_none(),
+        b.1.try_lock().await.unwrap().is_none(),
         "a writer excludes writers"
     );
-    assert!(c.write_lock().is_held().await.unwrap());
-    assert!(!c.read_lock().is_held().await.unwrap());
+    assert!(c.1.is_held().await.unwrap());
+    assert!(!c.0.is_held().await.unwrap());
+    assert!(!a.write_lock().is_held().await.unwrap(), "not this task's");
     w.unlock().await.unwrap();
     assert!(!a.read_lock().is_locked().await.unwrap());
 }
@@ -75,8 +71,18 @@ async fn write_holds_are_reentrant_and_the_writer_may_read() {
         .expect("write->read reentry");
     assert_eq!(rw.write_lock().hold_count().await.unwrap(), 2);
     assert_eq!(rw.read_lock().hold_count().await.unwrap(), 2);
-    let other = client.get_read_write_lock("reentry");
-    assert!(other.read_lock().try_lock().await.unwrap().is_none());
+    // Another handle of the name in this task is the same owner; another task is not.
+    let same = client.get_read_write_lock("reentry");
+    let r3 = same
+        .read_lock()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("this task's");
+    assert_eq!(rw.read_lock().hold_count().await.unwrap(), 3);
+    r3.unlock().await.unwrap();
+    let other = Elsewhere::rw(&client.get_read_write_lock("reentry"));
+    assert!(other.0.try_lock().await.unwrap().is_none());
     for g in [r2, r1, w2, w1] {
         g.unlock().await.unwrap();
     }
@@ -107,9 +113,9 @@ async fn releasing_the_write_hold_while_reading_downgrades() {
         .expect("the write release woke the reader")
         .unwrap()
         .unwrap();
-    let third = client.get_read_write_lock("downgrade");
+    let third = Elsewhere::rw(&client.get_read_write_lock("downgrade"));
     assert!(
-        third.write_lock().try_lock().await.unwrap().is_none(),
+        third.1.try_lock().await.unwrap().is_none(),
         "still read-locked"
     );
     r.unlock().await.unwrap();
@@ -197,7 +203,16 @@ async fn the_layout_and_messages_follow_redisson() {
     let w = rw.write_lock().lock().await.unwrap();
     let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
     assert!(fields.contains(&("mode".into(), "write".into())));
-    assert!(fields.contains(&(format!("{owner}:write"), "1".into())));
+    // The readers are gone with their owner: this task writes under a new name.
+    assert!(
+        fields
+            .iter()
+            .any(|(f, v)| f.starts_with(&client.id().to_string())
+                && f.ends_with(":write")
+                && f != &format!("{owner}:write")
+                && v == "1"),
+        "{fields:?}"
+    );
     let counter = rw.write_lock().token_counter_key();
     let token: u64 = raw.get(&counter).await.unwrap();
     assert_eq!(token, w.fencing_token());
@@ -222,12 +237,12 @@ async fn a_short_read_lease_never_shortens_a_long_one() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let long = client.get_read_write_lock("leases");
-    let short = client.get_read_write_lock("leases");
+    let short = Elsewhere::rw(&client.get_read_write_lock("leases"));
     let long_lease = Duration::from_millis(1500);
     let acquired = Instant::now();
     let _g_long = long.read_lock().lock_with_lease(long_lease).await.unwrap();
     let _g_short = short
-        .read_lock()
+        .0
         .lock_with_lease(Duration::from_millis(200))
         .await
         .unwrap();
@@ -239,8 +254,8 @@ async fn a_short_read_lease_never_shortens_a_long_one() {
         "the hash follows the longest hold: {ttl:?}"
     );
 
-    let writer = client.get_read_write_lock("leases");
-    let w = tokio::time::timeout(Duration::from_secs(5), writer.write_lock().lock())
+    let writer = Elsewhere::rw(&client.get_read_write_lock("leases"));
+    let w = tokio::time::timeout(Duration::from_secs(5), writer.1.lock())
         .await
         .expect("the writer gets in once the longest lease ends")
         .unwrap();

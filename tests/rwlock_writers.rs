@@ -194,8 +194,12 @@ async fn a_writer_that_gives_up_or_is_dropped_stops_holding_readers_back_at_once
     assert!(life > 0 && life <= 5000, "the marks key expires: {life}");
     let held_back = preferring(&client, "quit");
     assert!(
-        held_back.read_lock().try_lock().await.unwrap().is_none(),
-        "a new reader is held back by the mark"
+        support::Elsewhere::new(held_back.read_lock())
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "a new reader (of another task) is held back by the mark"
     );
     let reader = {
         let read = held_back.read_lock();
@@ -261,20 +265,21 @@ async fn a_dead_writer_holds_readers_back_only_until_its_mark_runs_out() {
         .unwrap();
     let mut dead = HolderProcess::spawn(&server, "dead", life.as_millis() as u64, "prefer-write");
     wait_for_mark(&server, "dead").await;
-    let reader = preferring(&client, "dead");
+    // A reader of another task (this one reads already, and re-enters past any mark).
+    let reader = support::Elsewhere::new(preferring(&client, "dead").read_lock());
     assert!(
-        reader.read_lock().try_lock().await.unwrap().is_none(),
+        reader.try_lock().await.unwrap().is_none(),
         "held back by the live writer's mark"
     );
     // Still held back after more than a mark's life: the waiting writer refreshes its mark.
     tokio::time::sleep(life + life / 2).await;
     assert!(
-        reader.read_lock().try_lock().await.unwrap().is_none(),
+        reader.try_lock().await.unwrap().is_none(),
         "the live writer's mark ran out while it waited"
     );
     dead.kill().await;
     let killed = Instant::now();
-    let r = tokio::time::timeout(Duration::from_secs(5), reader.read_lock().lock())
+    let r = tokio::time::timeout(Duration::from_secs(5), reader.lock())
         .await
         .expect("the dead writer's mark ran out")
         .unwrap();
@@ -296,8 +301,10 @@ async fn readers_inside_re_enter_past_a_waiting_writer() {
     let reader = preferring(&client, "reenter");
     let first = reader.read_lock().lock().await.unwrap();
     let writer = preferring(&client, "reenter");
+    // The writer is a task of its own: its read below is write->read reentry.
+    let writer = support::Elsewhere::rw(&writer);
     let wait = {
-        let write = writer.write_lock();
+        let write = writer.1.clone();
         tokio::spawn(async move { write.lock().await })
     };
     wait_for_mark(&server, "reenter").await;
@@ -311,11 +318,11 @@ async fn readers_inside_re_enter_past_a_waiting_writer() {
     assert_eq!(reader.read_lock().hold_count().await.unwrap(), 2);
     // A new reader of this policy waits; one of Redisson's policy ignores the mark (as Java
     // Redisson readers do).
-    let newcomer = preferring(&client, "reenter");
-    assert!(newcomer.read_lock().try_lock().await.unwrap().is_none());
-    let plain = client.get_read_write_lock("reenter");
+    // (Other tasks: this task's own reads re-enter whatever the policy.)
+    let newcomer = support::Elsewhere::new(preferring(&client, "reenter").read_lock());
+    assert!(newcomer.try_lock().await.unwrap().is_none());
+    let plain = support::Elsewhere::new(client.get_read_write_lock("reenter").read_lock());
     let ignoring = plain
-        .read_lock()
         .try_lock()
         .await
         .unwrap()
@@ -336,7 +343,7 @@ async fn readers_inside_re_enter_past_a_waiting_writer() {
         tokio::spawn(async move { write.lock().await })
     };
     wait_for_mark(&server, "reenter").await;
-    let own_read = tokio::time::timeout(Duration::from_secs(2), writer.read_lock().lock())
+    let own_read = tokio::time::timeout(Duration::from_secs(2), writer.0.lock())
         .await
         .expect("the writer reads past another writer's mark")
         .unwrap();

@@ -114,7 +114,7 @@ async fn acquire_spans_of_a_grant_and_a_timeout() {
     let lock = client.get_lock("traced:one");
     let guard = lock.lock().await.unwrap();
     let token = guard.fencing_token();
-    let contender = client.get_lock("traced:one");
+    let contender = support::Elsewhere::new(client.get_lock("traced:one"));
     assert!(
         contender
             .try_lock_for(Duration::from_millis(150), None)

@@ -24,7 +24,7 @@ async fn the_watchdog_keeps_a_lock_for_three_leases_and_more() {
     let client = short_lease_client(&server).await;
     let lock = client.get_lock("kept");
     let guard = lock.lock().await.unwrap();
-    let rival = client.get_lock("kept");
+    let rival = support::Elsewhere::new(client.get_lock("kept"));
     let until = Instant::now() + LEASE * 4;
     while Instant::now() < until {
         assert!(
@@ -167,7 +167,7 @@ async fn a_fixed_lease_expires_and_its_stale_unlock_leaves_the_new_holder_alone(
     let ttl = first.remaining_ttl().await.unwrap().unwrap();
     assert!(ttl <= Duration::from_millis(300));
 
-    let second = client.get_lock("fixed");
+    let second = support::Elsewhere::new(client.get_lock("fixed"));
     let fresh = second.lock().await.unwrap(); // waits until the fixed lease has run out
     assert!(stale.is_lost(), "a fixed lease is lost once it has passed");
     assert!(fresh.fencing_token() > stale.fencing_token());

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::FairQueue;
-use crate::lock::holder::{LockOps, ReleaseRequest, flag};
+use crate::lock::holder::LockOps;
+use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::owner::Owner;
 use crate::lock::plain::UNLOCK_MESSAGE;
 use crate::script::{
     FAIR_ACQUIRE, FAIR_LEAVE, FAIR_RELEASE, LOCK_FORCE_UNLOCK, LOCK_REPAIR, ScriptCall,
@@ -82,6 +84,10 @@ impl FairOps {
 }
 
 impl LockOps for FairOps {
+    fn family(&self) -> &'static str {
+        "fair"
+    }
+
     fn kind(&self) -> &'static str {
         "fair"
     }
@@ -90,25 +96,25 @@ impl LockOps for FairOps {
         &self.name
     }
 
-    fn channel(&self, owner: &str) -> String {
-        format!("{}:{owner}", self.channel_prefix)
+    fn channel(&self, owner: &Owner) -> Arc<str> {
+        format!("{}:{}", self.channel_prefix, owner.id()).into()
     }
 
-    fn renewal(&self, owner: &Arc<str>) -> RenewTarget {
+    fn renewal(&self, owner: &Owner) -> RenewTarget {
         RenewTarget::HashField {
             key: self.name.clone(),
-            field: owner.clone(),
+            field: owner.id().clone(),
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
         ScriptCall::new(&FAIR_ACQUIRE)
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.turns)
             .key(&self.counter)
             .key(&self.alive)
-            .arg(owner)
+            .arg(&**owner.id())
             .arg(lease_ms)
             .arg(self.queue_timeout.as_millis() as u64)
             .arg(flag(waiting))
@@ -117,26 +123,26 @@ impl LockOps for FairOps {
             .arg(self.thread_wait_ms())
     }
 
-    fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+    fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         ScriptCall::new(&FAIR_RELEASE)
             .key(&*self.name)
             .key(&self.queue)
             .key(&self.turns)
             .key_concat(&names::unlock_latch_pieces(&self.name, request.id))
             .key(&self.alive)
-            .arg(owner)
+            .arg(&**owner.id())
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
             .arg(&self.channel_prefix)
             .arg(request.resend_flag())
     }
 
-    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
+    fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall {
         ScriptCall::new(&LOCK_REPAIR)
             .key(&*self.name)
             .key(&self.channel_prefix)
             .key(&self.queue)
-            .arg(owner)
+            .arg(&**owner.id())
             .arg(holds)
             .arg(UNLOCK_MESSAGE)
             .arg(lease_ms)
@@ -158,18 +164,14 @@ impl LockOps for FairOps {
         true
     }
 
-    fn rotates(&self) -> bool {
-        true
-    }
-
-    fn leave(&self, owner: &str) -> Option<ScriptCall> {
+    fn leave(&self, owner: &Owner) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&FAIR_LEAVE)
                 .key(&*self.name)
                 .key(&self.queue)
                 .key(&self.turns)
                 .key(&self.alive)
-                .arg(owner)
+                .arg(&**owner.id())
                 .arg(&self.channel_prefix)
                 .arg(self.thread_wait_ms()),
         )

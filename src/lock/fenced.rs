@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::core::Core;
 use crate::error::Result;
 use crate::lock::guard::LockGuard;
-use crate::lock::holder::Holder;
+use crate::lock::owner::ClientLocks;
 use crate::lock::plain::PlainOps;
 use crate::lock::rlock::RLock;
 use crate::names;
@@ -41,10 +41,10 @@ pub struct RFencedLock {
 }
 
 impl RFencedLock {
-    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
         let ops = PlainOps::fenced(name);
         RFencedLock {
-            lock: RLock::from_holder(Holder::new(core, Box::new(ops)), name),
+            lock: RLock::of(core, locks, Box::new(ops)),
         }
     }
 

@@ -145,9 +145,9 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn revocation_requested(&self) {
-        let target = self.holder.ops.renewal(&self.holder.owner());
+        let target = self.holder.ops().renewal(&self.holder.owner);
         let mark = target.mark();
-        let inner = &self.holder.core;
+        let inner = &self.holder.handle.core;
         crate::revoke::requested(inner, self.holder.name(), &[mark], &self.lease).await;
     }
 
@@ -204,7 +204,7 @@ impl Drop for LockGuard {
 /// `resend`: an earlier send of the same request may have run.
 fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
     let (holder, lease) = (holder.clone(), lease.clone());
-    let inner = holder.core.clone();
+    let inner = holder.handle.core.clone();
     inner.spawn_release(holder.name().to_owned(), async move {
         if let Err(e) = holder.release(&lease, &request_id, resend).await {
             tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");
@@ -228,5 +228,14 @@ impl Drop for PendingRelease {
         // The cancelled send may have run: this one is a resend of the same request.
         let request_id = std::mem::take(&mut self.request_id);
         spawn_release(&self.holder, &self.lease, request_id, true);
+    }
+}
+
+impl crate::observe::Acquired for Option<LockGuard> {
+    fn granted(&self) -> bool {
+        self.is_some()
+    }
+    fn token(&self) -> Option<u64> {
+        self.as_ref().map(LockGuard::fencing_token)
     }
 }

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::lease::Lease;
 use crate::lock::holder::Holds;
+use crate::lock::owner::Owner;
 use crate::map::Map;
 
 /// What a napping waiter learns from the release that picked it.
@@ -93,7 +94,7 @@ enum SlotState {
 #[derive(Debug)]
 struct Slot {
     id: u64,
-    owner: Arc<str>,
+    owner: Arc<Owner>,
     holds: Arc<AsyncMutex<Holds>>,
     lease_ms: u64,
     state: Mutex<SlotState>,
@@ -200,7 +201,7 @@ impl LocalWaiters {
     pub(crate) fn register(
         self: &Arc<Self>,
         name: &Arc<str>,
-        owner: &Arc<str>,
+        owner: &Arc<Owner>,
         holds: &Arc<AsyncMutex<Holds>>,
         lease_ms: u64,
     ) -> Registration {
@@ -229,7 +230,7 @@ impl LocalWaiters {
         let queues = self.queues();
         let queue = queues.get(name)?;
         for slot in queue {
-            if &*slot.owner == releaser {
+            if **slot.owner.id() == *releaser {
                 continue;
             }
             let mut state = slot.state();
@@ -319,7 +320,7 @@ impl Drop for Registration {
 /// possible hold back.
 #[derive(Debug)]
 pub(crate) struct Offer {
-    pub(crate) owner: Arc<str>,
+    pub(crate) owner: Arc<Owner>,
     pub(crate) lease_ms: u64,
     holds: OwnedMutexGuard<Holds>,
     reply: oneshot::Sender<Handed>,
@@ -348,7 +349,7 @@ impl Offer {
     /// be kept while its possible hold is taken back. The waiter is told at once that it was
     /// not handed the lock; its own next attempt waits for that guard, so it runs after the
     /// take-back.
-    pub(crate) fn abandon(self) -> (Arc<str>, OwnedMutexGuard<Holds>, u64) {
+    pub(crate) fn abandon(self) -> (Arc<Owner>, OwnedMutexGuard<Holds>, u64) {
         drop(self.reply);
         (self.owner, self.holds, self.lease_ms)
     }
@@ -360,13 +361,11 @@ mod tests {
 
     use super::*;
 
+    /// A napping waiter; "client:1" is another owner, a releaser.
     fn waiting(waiters: &Arc<LocalWaiters>) -> (Registration, oneshot::Receiver<Handed>) {
-        let registration = waiters.register(
-            &Arc::from("lock"),
-            &Arc::from("client:2"),
-            &Arc::default(),
-            30_000,
-        );
+        let owners = crate::owner::Owners::new(uuid::Uuid::new_v4());
+        let waiter = Owner::single(&owners, &Arc::from("lock"));
+        let registration = waiters.register(&Arc::from("lock"), &waiter, &Arc::default(), 30_000);
         let rx = registration.nap();
         (registration, rx)
     }
@@ -432,7 +431,9 @@ mod tests {
         let waiters = Arc::new(LocalWaiters::default());
         let (registration, rx) = waiting(&waiters);
         assert!(
-            waiters.offer("lock", "client:2").is_none(),
+            waiters
+                .offer("lock", registration.slot.owner.id())
+                .is_none(),
             "not to the releasing owner itself"
         );
         assert!(matches!(registration.wake(rx), Turn::Attempt));

@@ -1,31 +1,11 @@
-//! The drop guards of an acquire: the count of acquires under way, a wait that may have
-//! queued the owner, and an acquire that may have run on the server (repaired when dropped).
+//! The drop guards of an acquire: a wait that may have queued the owner, and an acquire that
+//! may have run on the server (repaired when dropped).
 
 use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
 use crate::lock::holder::{Holder, Holds};
-
-/// Counts an acquire of a holder as under way while it lives.
-pub(super) struct Acquiring<'a>(&'a Holder);
-
-impl<'a> Acquiring<'a> {
-    pub(super) fn new(holder: &'a Holder) -> Self {
-        holder
-            .acquiring
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Acquiring(holder)
-    }
-}
-
-impl Drop for Acquiring<'_> {
-    fn drop(&mut self) {
-        self.0
-            .acquiring
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
 
 /// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
 /// up mid-wait), it takes the owner out in the background.
@@ -77,10 +57,7 @@ impl InFlight {
 /// server is known to match `holds` now.
 async fn repair(holder: &Arc<Holder>, holds: &mut Holds, sent_lease_ms: u64) -> bool {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
-    match holder
-        .repair_to(&holder.owner(), holds.count, lease_ms)
-        .await
-    {
+    match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(lock = %holder.name(), error = %e, "repair after an unknown acquire outcome failed; a leftover is set right in the background");

@@ -7,11 +7,10 @@
 //!   bounded time.
 //! - The unanswered command itself may still reach Redis late (it sat in a socket buffer of a
 //!   connection the client gave up), after the same owner was granted the lock anew, and undo
-//!   that new grant. So an owner with such a command possibly in flight is *tainted*: before its
-//!   next acquire, the holder takes a new owner name (when its kind allows it) and retires the
-//!   old one, whose holds the background task then removes. A late command can only reach the
-//!   retired name. The read and write sides of a read-write lock share one owner name and keep
-//!   it; for them a late command remains possible (see the README's "Faults").
+//!   that new grant. So an owner with such a command possibly in flight is *tainted*: the next
+//!   acquire of its task, once the owner holds nothing on either side of the lock, retires it
+//!   from the client's table and works for a new owner (with a new name); the background task
+//!   removes the retired owner's holds. A late command can only reach the retired name.
 //!
 //! Whatever the client's view, a new guard never carries an old token: the acquire scripts
 //! replace a leftover of an owner that holds nothing live with a fresh grant (see
@@ -23,13 +22,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lock::handle::Handle;
 use crate::lock::holder::{Holder, Holds};
+use crate::lock::owner::{Acquiring, Owner};
 
 /// The first pause before a background retry; it doubles up to [`RETRY_MAX`].
 const RETRY: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 /// The longest the background task keeps trying (a leftover's own lease may be longer: it then
-/// runs out by itself, and the retired names are tried again at the next rotation).
+/// runs out by itself).
 const TRY_FOR: Duration = Duration::from_secs(120);
 
 /// What a holder knows of its owner's leftovers.
@@ -40,10 +41,8 @@ pub(crate) struct Leftovers {
     /// `tainted`, readable without the holds' lock: an acquire checks it first, so the
     /// uncontended path takes no extra lock.
     hint: Arc<AtomicBool>,
-    /// The current owner's leftover (while it holds nothing) was removed since it was tainted.
+    /// The owner's leftover (while it holds nothing) was removed since it was tainted.
     removed: bool,
-    /// Owner names this holder used before, whose holds must go.
-    retired: Vec<Arc<str>>,
     /// A background task is at work; it stops trying at `until`.
     working: bool,
     until: Option<Instant>,
@@ -58,18 +57,65 @@ impl Leftovers {
         self.removed = false;
     }
 
+    /// Whether the owner is tainted.
+    pub(crate) fn tainted(&self) -> bool {
+        self.tainted
+    }
+
     /// Whether the owner may be tainted (read without the holds' lock).
-    pub(super) fn may_be_tainted(hint: &AtomicBool) -> bool {
+    pub(crate) fn may_be_tainted(hint: &AtomicBool) -> bool {
         hint.load(Ordering::Acquire)
     }
 
     /// The flag [`may_be_tainted`](Self::may_be_tainted) reads.
-    pub(super) fn hint(&self) -> Arc<AtomicBool> {
+    pub(crate) fn hint(&self) -> Arc<AtomicBool> {
         self.hint.clone()
     }
 
     fn pending(&self, count: u32) -> bool {
-        !self.retired.is_empty() || (self.tainted && count == 0 && !self.removed)
+        self.tainted && count == 0 && !self.removed
+    }
+}
+
+impl Handle {
+    /// The owner an acquire of the caller works for (see [`Handle::acquiring`]); a tainted one
+    /// that holds nothing on either side of the lock, and has no other acquire under way, is
+    /// retired first and replaced by a new one.
+    pub(crate) async fn acquiring_untainted(self: &Arc<Self>) -> Acquiring {
+        let acquiring = self.acquiring();
+        if !acquiring.owner().may_be_tainted(self.ops.side()) {
+            return acquiring;
+        }
+        // Rare: boxed, so an acquire's future does not carry this wait for the holds.
+        Box::pin(self.retire_tainted(acquiring)).await
+    }
+
+    async fn retire_tainted(self: &Arc<Self>, acquiring: Acquiring) -> Acquiring {
+        let owner = acquiring.owner().clone();
+        let side = self.ops.side();
+        let mut holds = owner.holds(side).lock().await;
+        // Another acquire of the owner may be waiting under its name (a release could hand it
+        // the lock under that name): a later acquire retires it.
+        if holds.count != 0
+            || !holds.leftovers.tainted
+            || !owner.idle_besides(side)
+            || !self.locks.owners.retire(&acquiring)
+        {
+            return acquiring;
+        }
+        tracing::debug!(lock = %self.name(), retired = %owner.id(), "owner retired after an unknown outcome");
+        // The retired name's holds go now, whatever was removed before (a late command may have
+        // come since), so the new owner never shares the lock with them (readers would); when
+        // Redis does not answer, in the background.
+        let retired = self.holder(owner.clone());
+        if let Err(e) = retired.repair_to(&owner, 0, 0).await {
+            tracing::debug!(lock = %self.name(), error = %e, "a retired owner's holds go in the background");
+            holds.leftovers.removed = false;
+            retired.work_on_leftovers(&mut holds, TRY_FOR);
+        }
+        drop(holds);
+        drop(acquiring);
+        self.acquiring()
     }
 }
 
@@ -80,33 +126,6 @@ impl Holder {
     pub(super) fn taint(self: &Arc<Self>, holds: &mut Holds, lease_ms: u64) {
         holds.leftovers.taint();
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
-    }
-
-    /// Before an acquire: a tainted owner that holds nothing is replaced by a new owner name.
-    pub(super) async fn retire_if_tainted(self: &Arc<Self>) {
-        if !self.ops.rotates() || !Leftovers::may_be_tainted(&self.tainted) {
-            return;
-        }
-        // Rare: boxed, so an acquire's future does not carry this wait for the holds.
-        Box::pin(self.retire_tainted()).await;
-    }
-
-    async fn retire_tainted(self: &Arc<Self>) {
-        let mut holds = self.holds.lock().await;
-        // Another acquire of this holder may be waiting under the current name (a release
-        // could hand it the lock under that name): the name is replaced by a later acquire.
-        let alone = self.acquiring.load(Ordering::Acquire) == 1;
-        if holds.count != 0 || !holds.leftovers.tainted || !alone {
-            return;
-        }
-        let old = self.set_owner(self.inner().owners.next_owner());
-        tracing::debug!(lock = %self.name(), retired = %old, "owner name retired after an unknown outcome");
-        let leftovers = &mut holds.leftovers;
-        leftovers.retired.push(old);
-        leftovers.tainted = false;
-        leftovers.hint.store(false, Ordering::Release);
-        leftovers.removed = false;
-        self.work_on_leftovers(&mut holds, TRY_FOR);
     }
 
     /// Makes sure a background task removes the leftovers, trying for at least `within`.
@@ -127,22 +146,12 @@ impl Holder {
         let mut pause = RETRY;
         loop {
             tokio::time::sleep(pause).await;
-            let mut holds = self.holds.lock().await;
+            let mut holds = self.holds().lock().await;
             let mut failure = None;
-            // Retired names: every hold of theirs goes, whatever the count.
-            let mut retired = std::mem::take(&mut holds.leftovers.retired);
-            let mut kept = Vec::new();
-            for old in retired.drain(..) {
-                if let Err(e) = self.repair_to(&old, 0, 0).await {
-                    failure = Some(e);
-                    kept.push(old);
-                }
-            }
-            holds.leftovers.retired = kept;
-            // The current owner, holding nothing the client knows of: its leftover goes too. It
-            // stays tainted (a late command may still come): its next acquire retires it.
+            // The owner, holding nothing the client knows of: its leftover goes. It stays
+            // tainted (a late command may still come): its task's next acquire retires it.
             if holds.leftovers.tainted && holds.count == 0 && !holds.leftovers.removed {
-                match self.repair_to(&self.owner(), 0, 0).await {
+                match self.repair_to(&self.owner, 0, 0).await {
                     Ok(()) => holds.leftovers.removed = true,
                     Err(e) => failure = Some(e),
                 }
@@ -166,9 +175,9 @@ impl Holder {
 /// Removes in the background every hold of `owner`, a waiter of this client whose handed-over
 /// hold could not be taken back (its holder retires that name at its next acquire), trying for
 /// at most `lease_ms` (the hold's lease frees it then).
-pub(super) fn take_back_later(holder: Arc<Holder>, owner: Arc<str>, lease_ms: u64) {
+pub(super) fn take_back_later(holder: Arc<Holder>, owner: Arc<Owner>, lease_ms: u64) {
     let until = Instant::now() + Duration::from_millis(lease_ms).min(TRY_FOR);
-    let inner = holder.core.clone();
+    let inner = holder.handle.core.clone();
     inner.spawn(async move {
         let mut pause = RETRY;
         loop {

@@ -1,14 +1,18 @@
-//! The lock family. Every kind plugs its scripts into one engine ([`holder`]): hold counting,
-//! the waiting loop, cancellation repair, watchdog registration and the guard.
+//! The lock family. Every kind plugs its scripts ([`ops`]) into one engine: an acquire finds the
+//! asking task's [`owner`], whose [`holder`] keeps the hold count, runs the scripts and the
+//! waiting loop, repairs after cancellation, registers with the watchdog and makes the guard.
 
 mod fair;
 mod fenced;
 mod guard;
+mod handle;
 pub(crate) mod handover;
 pub(crate) mod holder;
 mod in_flight;
 mod leftover;
 mod observed;
+mod ops;
+pub(crate) mod owner;
 mod plain;
 mod release;
 mod replies;
@@ -22,10 +26,12 @@ pub(crate) use fair::FairOps;
 pub use fair::RFairLock;
 pub use fenced::RFencedLock;
 pub use guard::LockGuard;
+pub(crate) use owner::ClientLocks;
 pub use rlock::RLock;
 pub use rwlock::{RReadWriteLock, RwPolicy};
 
 use crate::error::{Error, Result};
+pub(crate) use crate::lease::MAX_LEASE;
 
 /// A lease given by the caller, checked and in milliseconds.
 pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
@@ -41,10 +47,6 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
     }
     Ok(lease.as_millis() as u64)
 }
-
-/// The longest lease accepted: about 34 years. Redis refuses a TTL that would overflow its
-/// clock, and such a refusal in the middle of a script would leave a lock without TTL.
-pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 
 #[cfg(test)]
 mod tests {

@@ -9,22 +9,30 @@ use tracing::Instrument;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
+use crate::lock::handle::Handle;
 use crate::lock::holder::{Holder, LeaseMode};
 use crate::observe::{Acquire, Labels, Release};
 
-impl Holder {
-    /// Acquires, waiting at most `wait` (`None`: for ever), in a `ferrisson.acquire` span.
+impl Handle {
+    /// Acquires for the caller's owner, waiting at most `wait` (`None`: for ever), in a
+    /// `ferrisson.acquire` span.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let observed = Acquire::start(&self.inner().observe, self.ops.label(), self.name(), wait);
-        let acquire = self.acquire_observed(mode, wait, &observed);
+        let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
+        let acquire = async {
+            let acquiring = self.acquiring_untainted().await;
+            let holder = self.holder(acquiring.owner().clone());
+            holder.acquire_observed(mode, wait, &observed).await
+        };
         let result = acquire.instrument(observed.span()).await;
         observed.finish(result)
     }
+}
 
+impl Holder {
     /// Gives back one hold of `lease`, in a `ferrisson.release` span.
     pub(crate) async fn release(
         self: &Arc<Self>,
@@ -34,7 +42,7 @@ impl Holder {
     ) -> Result<()> {
         let observed = Release::start(
             &self.inner().observe,
-            self.ops.label(),
+            self.ops().label(),
             self.name(),
             lease.token(),
         );
@@ -45,6 +53,6 @@ impl Holder {
 
     /// The labels of this lock's metrics.
     pub(crate) fn labels(&self) -> Labels {
-        self.inner().observe.labels(self.ops.label(), self.name())
+        self.inner().observe.labels(self.ops().label(), self.name())
     }
 }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::lock::holder::{LockOps, ReleaseRequest, flag};
+use crate::lock::holder::LockOps;
+use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::owner::Owner;
 use crate::script::{
     LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
 };
@@ -19,7 +21,7 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 #[derive(Debug)]
 pub(crate) struct PlainOps {
     name: Arc<str>,
-    channel: String,
+    channel: Arc<str>,
     /// The fencing counter of the lock's cluster slot.
     counter: String,
     /// A fenced lock's second counter: Redisson's per-name one, shared with Java's RFencedLock.
@@ -32,7 +34,7 @@ impl PlainOps {
     pub(crate) fn new(name: &str) -> Self {
         PlainOps {
             name: Arc::from(name),
-            channel: names::lock_channel(name),
+            channel: names::lock_channel(name).into(),
             counter: slots::token_counter(name),
             name_counter: None,
             label: "lock",
@@ -58,6 +60,10 @@ impl PlainOps {
 }
 
 impl LockOps for PlainOps {
+    fn family(&self) -> &'static str {
+        "lock"
+    }
+
     fn kind(&self) -> &'static str {
         "lock"
     }
@@ -70,39 +76,40 @@ impl LockOps for PlainOps {
         &self.name
     }
 
-    fn channel(&self, _owner: &str) -> String {
+    fn channel(&self, _owner: &Owner) -> Arc<str> {
         self.channel.clone()
     }
 
-    fn renewal(&self, owner: &Arc<str>) -> RenewTarget {
+    fn renewal(&self, owner: &Owner) -> RenewTarget {
         RenewTarget::HashField {
             key: self.name.clone(),
-            field: owner.clone(),
+            field: owner.id().clone(),
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         ScriptCall::new(&LOCK_ACQUIRE)
             .key(&*self.name)
             .key(&self.counter)
             .key(&self.name_counter)
-            .arg(owner)
+            .arg(&**owner.id())
             .arg(lease_ms)
             .arg(flag(stale))
     }
 
-    fn release(&self, owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+    fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+        let owner: &str = owner.id();
         if request.short() {
             // Neither latch nor lease: on the common path the script needs neither, and each
             // key or argument costs Redis on every call.
             return ScriptCall::new(&LOCK_RELEASE)
                 .key(&*self.name)
-                .key(&self.channel)
+                .key(&*self.channel)
                 .arg(owner);
         }
         ScriptCall::new(&LOCK_RELEASE)
             .key(&*self.name)
-            .key(&self.channel)
+            .key(&*self.channel)
             .key_concat(&names::unlock_latch_pieces(&self.name, request.id))
             .arg(owner)
             .arg(lease_ms)
@@ -114,14 +121,10 @@ impl LockOps for PlainOps {
         true
     }
 
-    fn rotates(&self) -> bool {
-        true
-    }
-
     fn release_to(
         &self,
-        owner: &str,
-        to: &str,
+        owner: &Owner,
+        to: &Owner,
         to_lease_ms: u64,
         own_subscribers: u8,
         resend: bool,
@@ -129,22 +132,22 @@ impl LockOps for PlainOps {
         Some(
             ScriptCall::new(&LOCK_HANDOVER)
                 .key(&*self.name)
-                .key(&self.channel)
+                .key(&*self.channel)
                 .key(&self.counter)
                 .key(&self.name_counter)
-                .arg(owner)
-                .arg(to)
+                .arg(&**owner.id())
+                .arg(&**to.id())
                 .arg(to_lease_ms)
                 .arg(own_subscribers)
                 .arg(flag(resend)),
         )
     }
 
-    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
+    fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall {
         ScriptCall::new(&LOCK_REPAIR)
             .key(&*self.name)
-            .key(&self.channel)
-            .arg(owner)
+            .key(&*self.channel)
+            .arg(&**owner.id())
             .arg(holds)
             .arg(UNLOCK_MESSAGE)
             .arg(lease_ms)
@@ -153,7 +156,7 @@ impl LockOps for PlainOps {
     fn force_unlock(&self) -> ScriptCall {
         ScriptCall::new(&LOCK_FORCE_UNLOCK)
             .key(&*self.name)
-            .key(&self.channel)
+            .key(&*self.channel)
             .arg(UNLOCK_MESSAGE)
     }
 }

@@ -9,8 +9,10 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::handover::Offer;
-use crate::lock::holder::{Holder, Holds, ReleaseRequest};
+use crate::lock::holder::{Holder, Holds};
 use crate::lock::leftover::take_back_later;
+use crate::lock::ops::ReleaseRequest;
+use crate::lock::owner::Owner;
 use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 
 impl Holder {
@@ -21,13 +23,12 @@ impl Holder {
         request_id: &str,
         resend: bool,
     ) -> Result<()> {
-        let mut holds = self.holds.clone().lock_owned().await;
+        let mut holds = self.holds().clone().lock_owned().await;
         let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
         if !current || holds.count == 0 {
             return Err(self.lost());
         }
-        // Read under the holds' lock: the owner is only replaced under it.
-        let owner = self.owner();
+        let owner = &self.owner;
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
         let held_at_send = !lease.is_lost();
@@ -35,20 +36,20 @@ impl Holder {
         // may take the kind's short form.
         let only_hold = holds.count == 1;
         // The client stops counting this hold as taken before its last release goes out.
-        let last = only_hold && self.ops.hands_over();
+        let last = only_hold && self.ops().hands_over();
         if last {
-            self.inner().local_waiters.releasing(self.name(), lease);
+            self.local_waiters().releasing(self.name(), lease);
         }
         // The last hold goes straight to a waiter of this client when one naps. A resend never
         // hands over: its first send's handover, if any, is settled already.
         let offer = (last && held_at_send && !resend)
-            .then(|| self.inner().local_waiters.offer(self.name(), &owner))
+            .then(|| self.local_waiters().offer(self.name(), owner.id()))
             .flatten();
         let mut result = match offer {
             // Boxed: only a contended release hands over, and its future is the largest here.
-            Some(offer) => Box::pin(self.hand_over(&owner, lease, request_id, offer)).await,
+            Some(offer) => Box::pin(self.hand_over(owner, lease, request_id, offer)).await,
             None => {
-                self.send_release_resending(&owner, lease, request_id, resend, only_hold)
+                self.send_release_resending(owner, lease, request_id, resend, only_hold)
                     .await
             }
         };
@@ -70,7 +71,7 @@ impl Holder {
                 // full send (which took one away). The count drops only once the repair is
                 // settled: an unlock cancelled during it leaves the hold counted, so its
                 // background resend (guard.rs) gives it back in the full form and repairs.
-                let repaired = Box::pin(self.repair_to(&owner, 0, 0)).await;
+                let repaired = Box::pin(self.repair_to(owner, 0, 0)).await;
                 holds.count = 0;
                 if let Err(e) = repaired {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
@@ -105,9 +106,9 @@ impl Holder {
         };
         if holds.count == 0 {
             holds.lease = None;
-            if !last && self.ops.hands_over() {
+            if !last && self.ops().hands_over() {
                 // Holds the server no longer had: the client's view of them goes too.
-                self.inner().local_waiters.releasing(self.name(), lease);
+                self.local_waiters().releasing(self.name(), lease);
             }
         }
         outcome
@@ -128,7 +129,7 @@ impl Holder {
     /// - it never ran: the resend is an ordinary full release.
     async fn send_release_resending(
         &self,
-        owner: &str,
+        owner: &Owner,
         lease: &Lease,
         request_id: &str,
         resend: bool,
@@ -144,7 +145,7 @@ impl Holder {
     /// the waiter how that went. Answers as the plain release would for this owner.
     async fn hand_over(
         self: &Arc<Self>,
-        owner: &str,
+        owner: &Owner,
         lease: &Lease,
         request_id: &str,
         offer: Offer,
@@ -158,12 +159,12 @@ impl Holder {
         };
         let sent_at = Instant::now();
         let stamp = self.inner().hub.stamp(&self.channel());
-        let to_ref: &str = &to;
+        let to_ref: &Owner = &to;
         let result = with_resends(false, |resend| async move {
             // Counted at each send: the script subtracts this client's own subscriber.
             let own = u8::from(self.inner().hub.is_subscribed(&self.channel()));
             let call = self
-                .ops
+                .ops()
                 .release_to(owner, to_ref, to_lease_ms, own, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
             let reply: Value = self.inner().executor.run(&call, self.name()).await?;
@@ -172,25 +173,21 @@ impl Holder {
         .await;
         match result? {
             HandedOver::Handed { token } => {
-                crate::observe::handed_over(&self.labels(), self.name(), &to, token);
+                crate::observe::handed_over(&self.labels(), self.name(), to.id(), token);
                 let offer = pending.take();
                 let handed = Arc::new(Lease::new(token, sent_at, to_lease_ms));
                 // Recorded before the waiter runs, so this owner's next lock() already knows
                 // the lock is taken.
-                self.inner()
-                    .local_waiters
-                    .granted(self.ops.name(), &to, &handed, stamp);
+                self.local_waiters()
+                    .granted(self.ops().name(), to.id(), &handed, stamp);
                 let (holder, lease) = (self.clone(), handed.clone());
                 offer.granted(
                     handed,
                     Box::new(move |holds| {
                         // The waiter gave up after the handover ran: nobody would use or
                         // release its hold.
-                        holder
-                            .inner()
-                            .local_waiters
-                            .releasing(holder.name(), &lease);
-                        let inner = holder.core.clone();
+                        holder.local_waiters().releasing(holder.name(), &lease);
+                        let inner = holder.handle.core.clone();
                         inner.spawn(async move {
                             let mut holds = holds;
                             take_back(&holder, &to, &mut holds, to_lease_ms).await;
@@ -217,7 +214,7 @@ impl Holder {
 
     async fn send_release(
         &self,
-        owner: &str,
+        owner: &Owner,
         lease: &Lease,
         request_id: &str,
         resend: bool,
@@ -229,7 +226,7 @@ impl Holder {
             last,
             latch_ttl_ms: self.inner().config.unlock_latch_ttl().as_millis() as u64,
         };
-        let call = self.ops.release(owner, lease.lease_ms(), request);
+        let call = self.ops().release(owner, lease.lease_ms(), request);
         let reply: Value = self.inner().executor.run(&call, self.name()).await?;
         parse_release(&reply)
     }
@@ -288,7 +285,7 @@ impl Drop for PendingHandover {
 /// have been handed with a lease of `lease_ms`, freeing the lock (and publishing) if that was
 /// the only one. When Redis does not answer, the waiter's owner is tainted and the hold is
 /// taken back in the background.
-async fn take_back(holder: &Arc<Holder>, owner: &Arc<str>, holds: &mut Holds, lease_ms: u64) {
+async fn take_back(holder: &Arc<Holder>, owner: &Arc<Owner>, holds: &mut Holds, lease_ms: u64) {
     if let Err(e) = holder.repair_to(owner, 0, 0).await {
         tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; retrying in the background");
         holds.leftovers.taint();

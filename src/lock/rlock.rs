@@ -7,8 +7,10 @@ use std::time::Duration;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
-use crate::lock::holder::{Holder, LeaseMode};
+use crate::lock::handle::Handle;
+use crate::lock::holder::{LeaseMode, LockOps};
 use crate::lock::lease_ms;
+use crate::lock::owner::ClientLocks;
 use crate::lock::plain::PlainOps;
 use crate::names;
 
@@ -21,8 +23,34 @@ use crate::names;
 /// correctly. [`Client::get_fair_lock`](crate::Client::get_fair_lock) and the two sides of a
 /// [`RReadWriteLock`](crate::RReadWriteLock) are `RLock`s too, with the same methods.
 ///
-/// Clones are the same owner: locking through a clone is reentrant and each guard gives back
-/// one hold. Two handles from [`Client::get_lock`](crate::Client::get_lock) are two contenders.
+/// A hold belongs to the task that asked (outside any task, the thread), whatever handle it
+/// asked through, as a Redisson hold belongs to a thread: tasks sharing a handle (a clone, an
+/// `Arc`, `&self`) are separate contenders and exclude each other, and the same task locking
+/// again, through this handle or any other of the name, is reentrant (each guard gives back one
+/// hold). Two lock futures of one task polled at once (`tokio::join!`) are one owner: spawn a
+/// task per contender to make them contend.
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// use std::sync::Arc;
+///
+/// let shared = Arc::new(client.get_lock("orders"));
+/// let mut workers = Vec::new();
+/// for _ in 0..4 {
+///     let lock = shared.clone();
+///     // Four tasks, four owners: one at a time inside.
+///     workers.push(tokio::spawn(async move {
+///         let guard = lock.lock().await?;
+///         let again = lock.lock().await?; // this task's own hold: reentrant
+///         again.unlock().await?;
+///         guard.unlock().await
+///     }));
+/// }
+/// for worker in workers {
+///     worker.await.expect("worker")?;
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// # Examples
 ///
@@ -42,30 +70,36 @@ use crate::names;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RLock {
-    holder: Arc<Holder>,
+    handle: Arc<Handle>,
     /// Why the name was refused, reported by every operation.
     invalid: Option<Arc<str>>,
 }
 
 impl RLock {
-    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
-        Self::from_holder(Holder::new(core, Box::new(PlainOps::new(name))), name)
+    pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
+        Self::of(core, locks, Box::new(PlainOps::new(name)))
     }
 
-    /// An RMutex's owner for one acquire: a plain lock observed as a `mutex`.
-    pub(crate) fn mutex(core: Arc<Core>, name: &str) -> Self {
-        Self::from_holder(Holder::new(core, Box::new(PlainOps::mutex(name))), name)
+    /// An RMutex's handle: a plain lock observed as a `mutex`, each acquire its own owner.
+    pub(crate) fn mutex(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
+        let ops = Box::new(PlainOps::mutex(name));
+        Self::from_handle(Handle::single(core, locks, ops))
     }
 
-    pub(crate) fn from_holder(holder: Holder, name: &str) -> Self {
+    /// A handle on the lock `ops` works on, whose holds belong to the asking task.
+    pub(crate) fn of(core: Arc<Core>, locks: Arc<ClientLocks>, ops: Box<dyn LockOps>) -> Self {
+        Self::from_handle(Handle::new(core, locks, ops))
+    }
+
+    fn from_handle(handle: Handle) -> Self {
         RLock {
-            holder: Arc::new(holder),
-            invalid: names::validate(name).err().map(Arc::from),
+            invalid: names::validate(handle.name()).err().map(Arc::from),
+            handle: Arc::new(handle),
         }
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {
-        &self.holder.core
+        &self.handle.core
     }
 
     /// The order in which combinators acquire: by name, then server, then kind, so every
@@ -73,19 +107,19 @@ impl RLock {
     pub(crate) fn order_key(&self) -> (&str, &str, &'static str) {
         (
             self.name(),
-            &self.holder.core.config.url,
-            self.holder.ops.kind(),
+            &self.handle.core.config.url,
+            self.handle.ops.kind(),
         )
     }
 
     /// The client's watchdog timeout: the lease `lock()` takes.
     pub(crate) fn watchdog_lease(&self) -> Duration {
-        self.holder.core.config.watchdog_timeout
+        self.handle.core.config.watchdog_timeout
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.holder.name()
+        self.handle.name()
     }
 
     /// The Redis key of the counter this lock's fencing tokens come from:
@@ -139,7 +173,7 @@ impl RLock {
     /// ```
     pub async fn lock(&self) -> Result<LockGuard> {
         self.check()?;
-        self.holder
+        self.handle
             .acquire(LeaseMode::Watchdog, None)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
@@ -168,7 +202,7 @@ impl RLock {
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.check()?;
         let ms = lease_ms(lease)?;
-        self.holder
+        self.handle
             .acquire(LeaseMode::Fixed(ms), None)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
@@ -196,7 +230,7 @@ impl RLock {
     /// ```
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.check()?;
-        self.holder
+        self.handle
             .acquire(LeaseMode::Watchdog, Some(Duration::ZERO))
             .await
     }
@@ -233,12 +267,12 @@ impl RLock {
             Some(lease) => LeaseMode::Fixed(lease_ms(lease)?),
             None => LeaseMode::Watchdog,
         };
-        self.holder.acquire(mode, Some(wait)).await
+        self.handle.acquire(mode, Some(wait)).await
     }
 
-    async fn inspect(&self) -> Result<crate::lock::holder::Inspection> {
+    async fn inspect(&self) -> Result<crate::lock::replies::Inspection> {
         self.check()?;
-        self.holder.inspect().await
+        self.handle.inspect().await
     }
 
     /// Whether anybody holds the lock.
@@ -262,8 +296,9 @@ impl RLock {
         Ok(self.inspect().await?.locked)
     }
 
-    /// Whether this handle (this owner) holds the lock (for the read side of a read-write
-    /// lock: holds read holds; for the write side: holds the write lock).
+    /// Whether the calling task (outside any task, the thread) holds the lock, through any
+    /// handle (for the read side of a read-write lock: holds read holds; for the write side:
+    /// holds the write lock). Redisson's `isHeldByCurrentThread`.
     ///
     /// # Errors
     ///
@@ -284,7 +319,8 @@ impl RLock {
         Ok(self.inspect().await?.holds > 0)
     }
 
-    /// How many holds this handle has on the lock, as Redis counts them.
+    /// How many holds the calling task (outside any task, the thread) has on the lock, as Redis
+    /// counts them. Redisson's `getHoldCount`.
     ///
     /// # Errors
     ///
@@ -356,7 +392,7 @@ impl RLock {
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check()?;
-        self.holder.force_unlock().await
+        self.handle.force_unlock().await
     }
 
     /// Asks the current holders of the lock to let go (Apache Curator's revocation): for a
@@ -394,13 +430,13 @@ impl RLock {
     /// ```
     pub async fn request_revocation(&self) -> Result<usize> {
         self.check()?;
-        let holds = match self.holder.ops.kind() {
+        let holds = match self.handle.ops.kind() {
             "read" => crate::revoke::Holds::Read,
             "write" => crate::revoke::Holds::Write,
             _ => crate::revoke::Holds::Lock,
         };
-        let name = self.holder.name();
-        crate::revoke::request(&self.holder.core, name, name, holds).await
+        let name = self.handle.name();
+        crate::revoke::request(&self.handle.core, name, name, holds).await
     }
 }
 

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Core;
-use crate::lock::holder::{Holder, LockOps, ReleaseRequest, flag};
+use crate::lock::holder::LockOps;
+use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::owner::{ClientLocks, Owner, Side};
 use crate::lock::rlock::RLock;
 use crate::script::{
     LOCK_FORCE_UNLOCK, RWLOCK_READ_ACQUIRE, RWLOCK_READ_RELEASE, RWLOCK_REPAIR,
@@ -18,8 +20,8 @@ const WAKE_ALL: &str = "1";
 
 /// A read-write lock, Redisson's `RReadWriteLock`: many readers or one writer.
 ///
-/// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) are [`RLock`]s of one
-/// owner: the write holder may also take read holds (write→read reentry), and releasing the
+/// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) are [`RLock`]s whose
+/// holds belong to the asking task, one owner for both sides: the write holder may also take read holds (write→read reentry), and releasing the
 /// write hold while still reading downgrades the lock to a read lock. A reader asking for the
 /// write side gets [`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once instead of waiting for itself.
 ///
@@ -55,21 +57,25 @@ pub struct RReadWriteLock {
 }
 
 impl RReadWriteLock {
-    pub(crate) fn new(core: Arc<Core>, name: &str, policy: RwPolicy) -> Self {
-        let owner = core.owners.next_owner();
+    pub(crate) fn new(
+        core: Arc<Core>,
+        locks: Arc<ClientLocks>,
+        name: &str,
+        policy: RwPolicy,
+    ) -> Self {
         // A mark lives as long as a fair waiter's place: the same promise (a live waiter keeps
         // it, a dead one loses it within that time), so the same setting.
         let mark = (policy == RwPolicy::PreferWriters).then_some(core.config.fair_queue.timeout);
-        let sides = RwNames::new(name, &owner, mark);
-        let read = Holder::with_owner(
+        let sides = RwNames::new(name, mark);
+        let read = RLock::of(
             core.clone(),
+            locks.clone(),
             Box::new(ReadOps(sides.clone())),
-            owner.clone(),
         );
-        let write = Holder::with_owner(core, Box::new(WriteOps(sides)), owner);
+        let write = RLock::of(core, locks, Box::new(WriteOps(sides)));
         RReadWriteLock {
-            read: RLock::from_holder(read, name),
-            write: RLock::from_holder(write, name),
+            read,
+            write,
             policy,
         }
     }
@@ -97,13 +103,13 @@ impl RReadWriteLock {
     }
 
     /// The read side: shared among readers, excluded by a writer (except the writer itself).
-    /// Every call returns the same owner.
+    /// Its holds belong to the asking task, which is one owner for both sides.
     pub fn read_lock(&self) -> RLock {
         self.read.clone()
     }
 
-    /// The write side: excludes every other reader and writer. Every call returns the same
-    /// owner, which is also the read side's.
+    /// The write side: excludes every other reader and writer, the asking task's own read
+    /// holds included (it cannot upgrade).
     pub fn write_lock(&self) -> RLock {
         self.write.clone()
     }
@@ -191,43 +197,43 @@ fn writer_marks(name: &str) -> String {
     format!("{}:ferrisson_writers", names::suffix_base(name))
 }
 
-/// The names one owner of a read-write lock uses.
+/// The names of a read-write lock (the owner's own come from [`Owner::rw`]).
 #[derive(Debug, Clone)]
 struct RwNames {
     /// Writer preference only: the waiting writers' marks, `{name}:ferrisson_writers`, and how
     /// long a mark lives without its writer calling again.
     writers: Option<(String, Duration)>,
     name: Arc<str>,
-    channel: String,
+    channel: Arc<str>,
     /// The fencing counter of the lock's cluster slot.
     counter: String,
     /// `{name}`: what every owner's read-hold timeout keys start with.
     base: String,
-    /// This owner's read-hold timeout prefix.
-    timeouts: Arc<str>,
-    owner: Arc<str>,
-    write_field: Arc<str>,
 }
 
 impl RwNames {
-    fn new(name: &str, owner: &Arc<str>, mark: Option<Duration>) -> Self {
+    fn new(name: &str, mark: Option<Duration>) -> Self {
         RwNames {
             writers: mark.map(|life| (writer_marks(name), life)),
             name: Arc::from(name),
-            channel: names::rwlock_channel(name),
+            channel: names::rwlock_channel(name).into(),
             counter: slots::token_counter(name),
             base: names::suffix_base(name),
-            timeouts: names::read_timeouts(name, owner).into(),
-            owner: owner.clone(),
-            write_field: format!("{owner}:write").into(),
         }
     }
 
-    fn repair(&self, field: &str, holds: u32, side: &str, lease_ms: u64) -> ScriptCall {
+    fn repair(
+        &self,
+        owner: &Owner,
+        field: &str,
+        holds: u32,
+        side: &str,
+        lease_ms: u64,
+    ) -> ScriptCall {
         ScriptCall::new(&RWLOCK_REPAIR)
             .key(&*self.name)
-            .key(&self.channel)
-            .key(&*self.timeouts)
+            .key(&*self.channel)
+            .key(&*owner.rw().timeouts)
             .arg(field)
             .arg(holds)
             .arg(side)
@@ -237,7 +243,7 @@ impl RwNames {
     fn force_unlock(&self) -> ScriptCall {
         ScriptCall::new(&LOCK_FORCE_UNLOCK)
             .key(&*self.name)
-            .key(&self.channel)
+            .key(&*self.channel)
             .arg(WAKE_ALL)
     }
 }
@@ -246,6 +252,10 @@ impl RwNames {
 struct ReadOps(RwNames);
 
 impl LockOps for ReadOps {
+    fn family(&self) -> &'static str {
+        "rw"
+    }
+
     fn kind(&self) -> &'static str {
         "read"
     }
@@ -254,47 +264,47 @@ impl LockOps for ReadOps {
         &self.0.name
     }
 
-    fn channel(&self, _owner: &str) -> String {
+    fn channel(&self, _owner: &Owner) -> Arc<str> {
         self.0.channel.clone()
     }
 
-    fn renewal(&self, owner: &Arc<str>) -> RenewTarget {
+    fn renewal(&self, owner: &Owner) -> RenewTarget {
         RenewTarget::ReadHolds {
             key: self.0.name.clone(),
-            owner: owner.clone(),
-            timeouts: self.0.timeouts.clone(),
+            owner: owner.id().clone(),
+            timeouts: owner.rw().timeouts.clone(),
         }
     }
 
-    fn acquire(&self, owner: &str, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
             .key(&*n.name)
-            .key(&*n.timeouts)
+            .key(&*owner.rw().timeouts)
             .key(&n.counter)
             .key(n.writers.as_ref().map(|(key, _)| key))
-            .arg(owner)
-            .arg(&*n.write_field)
+            .arg(&**owner.id())
+            .arg(&*owner.rw().write_field)
             .arg(lease_ms)
             .arg(flag(stale))
     }
 
-    fn release(&self, owner: &str, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+    fn release(&self, owner: &Owner, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
         ScriptCall::new(&RWLOCK_READ_RELEASE)
             .key(&*n.name)
-            .key(&n.channel)
-            .key(&*n.timeouts)
+            .key(&*n.channel)
+            .key(&*owner.rw().timeouts)
             .key_concat(&names::unlock_latch_pieces(&n.name, request.id))
             .key(n.writers.as_ref().map(|(key, _)| key))
-            .arg(owner)
+            .arg(&**owner.id())
             .arg(request.latch_ttl_ms)
             .arg(&n.base)
             .arg(request.resend_flag())
     }
 
-    fn repair(&self, owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
-        self.0.repair(owner, holds, "read", lease_ms)
+    fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall {
+        self.0.repair(owner, owner.id(), holds, "read", lease_ms)
     }
 
     fn force_unlock(&self) -> ScriptCall {
@@ -306,6 +316,10 @@ impl LockOps for ReadOps {
 struct WriteOps(RwNames);
 
 impl LockOps for WriteOps {
+    fn family(&self) -> &'static str {
+        "rw"
+    }
+
     fn kind(&self) -> &'static str {
         "write"
     }
@@ -314,14 +328,18 @@ impl LockOps for WriteOps {
         &self.0.name
     }
 
-    fn channel(&self, _owner: &str) -> String {
+    fn side(&self) -> Side {
+        Side::Write
+    }
+
+    fn channel(&self, _owner: &Owner) -> Arc<str> {
         self.0.channel.clone()
     }
 
-    fn renewal(&self, _owner: &Arc<str>) -> RenewTarget {
+    fn renewal(&self, owner: &Owner) -> RenewTarget {
         RenewTarget::HashField {
             key: self.0.name.clone(),
-            field: self.0.write_field.clone(),
+            field: owner.rw().write_field.clone(),
         }
     }
 
@@ -329,14 +347,14 @@ impl LockOps for WriteOps {
     /// would wait for itself, is refused.
     ///
     /// With writer preference, a refused caller that waits leaves (or refreshes) its mark.
-    fn acquire(&self, _owner: &str, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
         let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
             .key(&n.counter)
-            .arg(&*n.write_field)
+            .arg(&*owner.rw().write_field)
             .arg(lease_ms)
-            .arg(&*n.owner)
+            .arg(&**owner.id())
             .arg(&n.base)
             .arg(flag(stale));
         match &n.writers {
@@ -360,37 +378,39 @@ impl LockOps for WriteOps {
         self.0.writers.is_some()
     }
 
-    fn leave(&self, _owner: &str) -> Option<ScriptCall> {
+    fn leave(&self, owner: &Owner) -> Option<ScriptCall> {
         let n = &self.0;
         n.writers.as_ref().map(|(key, _)| {
             ScriptCall::new(&RWLOCK_WRITER_LEAVE)
                 .key(&*n.name)
                 .key(key)
-                .key(&n.channel)
-                .arg(&*n.owner)
+                .key(&*n.channel)
+                .arg(&**owner.id())
         })
     }
 
-    fn release(&self, _owner: &str, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
+    fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
+        let rw = owner.rw();
         ScriptCall::new(&RWLOCK_WRITE_RELEASE)
             .key(&*n.name)
-            .key(&n.channel)
-            .key(&*n.timeouts)
+            .key(&*n.channel)
+            .key(&*rw.timeouts)
             .key_concat(&names::unlock_latch_pieces(&n.name, request.id))
-            .arg(&*n.write_field)
+            .arg(&*rw.write_field)
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
-            .arg(&*n.owner)
+            .arg(&**owner.id())
             .arg(request.resend_flag())
     }
 
-    fn repair(&self, _owner: &str, holds: u32, lease_ms: u64) -> ScriptCall {
-        self.0.repair(&self.0.write_field, holds, "write", lease_ms)
+    fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall {
+        self.0
+            .repair(owner, &owner.rw().write_field, holds, "write", lease_ms)
     }
 
-    fn field<'a>(&'a self, _owner: &'a str) -> &'a str {
-        &self.0.write_field
+    fn field<'a>(&self, owner: &'a Owner) -> &'a str {
+        &owner.rw().write_field
     }
 
     fn force_unlock(&self) -> ScriptCall {

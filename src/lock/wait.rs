@@ -24,6 +24,12 @@ pub(crate) enum Attempt<T> {
     },
 }
 
+impl<T> crate::observe::Tried for Attempt<T> {
+    fn refused(&self) -> bool {
+        matches!(self, Attempt::Busy { .. })
+    }
+}
+
 /// Runs `attempt` until it grants or `wait` is spent (`None`: wait for ever). Once it has to
 /// wait, `register` may line the waiter up locally; a lock handed over to it becomes a `T`
 /// through `handed`. `attempt(true)` must ask Redis: it follows an unlock message or a declined

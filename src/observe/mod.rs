@@ -159,24 +159,6 @@ impl Acquired for bool {
     }
 }
 
-impl Acquired for Option<crate::LockGuard> {
-    fn granted(&self) -> bool {
-        self.is_some()
-    }
-    fn token(&self) -> Option<u64> {
-        self.as_ref().map(crate::LockGuard::fencing_token)
-    }
-}
-
-impl Acquired for Option<crate::PermitGuard> {
-    fn granted(&self) -> bool {
-        self.is_some()
-    }
-    fn token(&self) -> Option<u64> {
-        self.as_ref().map(crate::PermitGuard::fencing_token)
-    }
-}
-
 /// What one attempt of an acquire answered, as far as observing it goes.
 pub(crate) trait Tried {
     /// The attempt was refused: the caller waits (or gives up).
@@ -186,18 +168,6 @@ pub(crate) trait Tried {
 impl Tried for bool {
     fn refused(&self) -> bool {
         !*self
-    }
-}
-
-impl<T> Tried for crate::lock::wait::Attempt<T> {
-    fn refused(&self) -> bool {
-        matches!(self, crate::lock::wait::Attempt::Busy { .. })
-    }
-}
-
-impl<T> Tried for crate::sync::Attempt<T> {
-    fn refused(&self) -> bool {
-        matches!(self, crate::sync::Attempt::NotYet(_))
     }
 }
 

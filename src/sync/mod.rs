@@ -30,6 +30,12 @@ pub(crate) enum Attempt<T> {
     NotYet(Option<Duration>),
 }
 
+impl<T> crate::observe::Tried for Attempt<T> {
+    fn refused(&self) -> bool {
+        matches!(self, Attempt::NotYet(_))
+    }
+}
+
 /// Waits until `ready` answers true: [`wait_for`] for checks that have nothing to hand back.
 pub(crate) async fn wait_until<F, Fut>(
     inner: &Core,

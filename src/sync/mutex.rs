@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::core::Core;
 use crate::error::Result;
-use crate::lock::{LockGuard, RLock};
+use crate::lock::{ClientLocks, LockGuard, RLock};
 
 /// A non-reentrant distributed mutex, Apache Curator's `InterProcessSemaphoreMutex`: while it is
 /// held, a second `lock()` waits like anyone else's, even through the same handle and in the
@@ -37,26 +37,20 @@ use crate::lock::{LockGuard, RLock};
 /// ```
 #[derive(Debug, Clone)]
 pub struct RMutex {
-    core: Arc<Core>,
-    name: String,
+    /// A plain lock each of whose acquires is an owner of its own.
+    lock: RLock,
 }
 
 impl RMutex {
-    pub(crate) fn new(core: Arc<Core>, name: &str) -> Self {
+    pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
         RMutex {
-            core,
-            name: name.to_owned(),
+            lock: RLock::mutex(core, locks, name),
         }
     }
 
     /// The mutex's name (its key).
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// A new owner for one acquire.
-    fn owner(&self) -> RLock {
-        RLock::mutex(self.core.clone(), &self.name)
+        self.lock.name()
     }
 
     /// Waits until the mutex is free and takes it (watchdog lease).
@@ -77,7 +71,7 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.owner().lock().await
+        self.lock.lock().await
     }
 
     /// Waits until the mutex is free and takes it with a fixed `lease`, never renewed.
@@ -99,7 +93,7 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.owner().lock_with_lease(lease).await
+        self.lock.lock_with_lease(lease).await
     }
 
     /// Takes the mutex if it is free now: `None` while anybody holds it, this handle included.
@@ -122,7 +116,7 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.owner().try_lock().await
+        self.lock.try_lock().await
     }
 
     /// Waits at most `wait` for the mutex; `lease` fixes the lease (else the watchdog renews it).
@@ -150,7 +144,7 @@ impl RMutex {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.owner().try_lock_for(wait, lease).await
+        self.lock.try_lock_for(wait, lease).await
     }
 
     /// Whether anybody holds the mutex.
@@ -171,7 +165,7 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
-        self.owner().is_locked().await
+        self.lock.is_locked().await
     }
 
     /// Frees the mutex whoever holds it; returns whether it was held.
@@ -192,7 +186,7 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.owner().force_unlock().await
+        self.lock.force_unlock().await
     }
 
     /// Asks the mutex's holder to let go; returns how many holds were asked (0: nobody holds
@@ -214,6 +208,6 @@ impl RMutex {
     /// # Ok(()) }
     /// ```
     pub async fn request_revocation(&self) -> Result<usize> {
-        self.owner().request_revocation().await
+        self.lock.request_revocation().await
     }
 }

@@ -347,3 +347,12 @@ impl Drop for PendingRelease {
         }
     }
 }
+
+impl crate::observe::Acquired for Option<PermitGuard> {
+    fn granted(&self) -> bool {
+        self.is_some()
+    }
+    fn token(&self) -> Option<u64> {
+        self.as_ref().map(PermitGuard::fencing_token)
+    }
+}

@@ -5,6 +5,7 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod elsewhere;
 pub mod proxy;
 pub mod redisson;
 pub mod sentinel;
@@ -14,6 +15,8 @@ use std::time::Duration;
 
 #[allow(unused_imports)]
 pub use checker::Checker;
+#[allow(unused_imports)]
+pub use elsewhere::Elsewhere;
 #[allow(unused_imports)]
 pub use proxy::{Mode, Proxy};
 pub use server::RedisServer;

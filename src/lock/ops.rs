@@ -1,0 +1,119 @@
+//! What one lock kind sends: the script call of each operation, for one owner. The holder runs
+//! the calls and reads their replies, which every kind shapes alike.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::lock::owner::{Owner, Side};
+use crate::script::ScriptCall;
+use crate::watchdog::RenewTarget;
+
+/// One release request: its id (for the latch that makes resends safe) and whether an earlier
+/// send of it may have run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseRequest<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) resend: bool,
+    /// The client believes this gives back the owner's last hold. A kind may then send a first
+    /// send (never a resend) in a short form that does not decrement, answering
+    /// [`SeveralHolds`](crate::lock::replies::Released::SeveralHolds) when the server counts more.
+    pub(crate) last: bool,
+    /// How long a partial release's latch lives.
+    pub(crate) latch_ttl_ms: u64,
+}
+
+impl ReleaseRequest<'_> {
+    /// The scripts' resend flag.
+    pub(crate) fn resend_flag(&self) -> &'static str {
+        flag(self.resend)
+    }
+
+    /// Whether a kind that has a short form may send it: see [`ReleaseRequest::last`].
+    pub(crate) fn short(&self) -> bool {
+        self.last && !self.resend
+    }
+}
+
+/// A flag as the scripts read it.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
+/// One lock kind's server side: names, and the script call of each operation. The holder runs
+/// the calls and reads their replies, which every kind shapes alike.
+pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
+    /// The lock's name (its main key).
+    fn name(&self) -> &Arc<str>;
+    /// Which kind of lock (part of the order in which MultiLock acquires).
+    fn kind(&self) -> &'static str;
+    /// The kind as spans and metrics name it (`fenced` and `mutex` are `lock`s to MultiLock).
+    fn label(&self) -> &'static str {
+        self.kind()
+    }
+    /// The kinds that share owners: within one family, one task is one owner of a name (a plain
+    /// and a fenced lock are one `lock` family; the read and write sides are one `rw`). Kinds of
+    /// different families on one name are different owners, so they contend instead of mixing
+    /// their hold counts.
+    fn family(&self) -> &'static str;
+    /// Which of the owner's hold counts this kind moves.
+    fn side(&self) -> Side {
+        Side::Main
+    }
+    /// The channel `owner` waits on.
+    fn channel(&self, owner: &Owner) -> Arc<str>;
+    /// Where the owner's holds live, for the watchdog.
+    fn renewal(&self, owner: &Owner) -> RenewTarget;
+    /// Takes a hold; replies as [`run_acquire`] reads (one integer, or `{status, value}`).
+    /// `waiting`: the caller waits when refused (a fair lock queues it; others ignore it).
+    /// `stale`: the client knows of no live hold of the owner on this side, so a hold the
+    /// server still has for it is a leftover (a release or repair whose outcome never reached
+    /// the client) and must be replaced by a fresh grant with a new token, never answered as
+    /// reentrant.
+    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall;
+    /// Gives back one hold; must be idempotent per request id when `request.resend` is set.
+    /// Replies as [`parse_release`] reads.
+    fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall;
+    /// Sets the owner's hold count on the server to `holds` (0: remove it), never reviving a
+    /// hold the server no longer has; remaining holds get a TTL of at least `lease_ms` back.
+    /// Replies 1 when it changed something.
+    fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall;
+    /// The hash field holding `owner`'s hold count on this side of the lock.
+    fn field<'a>(&self, owner: &'a Owner) -> &'a str {
+        owner.id()
+    }
+    /// Frees the lock whoever holds it; replies 1 when it was held.
+    fn force_unlock(&self) -> ScriptCall;
+    /// The longest a waiter may sleep between two attempts (a fair waiter must keep its place).
+    fn max_nap(&self) -> Option<Duration> {
+        None
+    }
+    /// Whether waiters join a queue on the server (and so must leave it when they give up).
+    fn queues(&self) -> bool {
+        false
+    }
+    /// Takes a waiter that stops waiting out of the lock's queue; only asked for when
+    /// [`queues`](Self::queues) is true.
+    fn leave(&self, _owner: &Owner) -> Option<ScriptCall> {
+        None
+    }
+    /// Whether a release can hand the lock to a waiter of the same client
+    /// ([`release_to`](Self::release_to)).
+    fn hands_over(&self) -> bool {
+        false
+    }
+    /// Gives back the owner's last hold and grants the lock to `to` with a lease of
+    /// `to_lease_ms` in the same step, unless clients other than this one (which has
+    /// `own_subscribers` on the lock's channel) wait. Idempotent when `resend` is set. Replies as
+    /// [`parse_handover`] reads; `None` for kinds that do not hand over.
+    fn release_to(
+        &self,
+        _owner: &Owner,
+        _to: &Owner,
+        _to_lease_ms: u64,
+        _own_subscribers: u8,
+        _resend: bool,
+    ) -> Option<ScriptCall> {
+        None
+    }
+}
