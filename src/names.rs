@@ -72,9 +72,37 @@ pub(crate) fn rwlock_channel(name: &str) -> String {
     derived("redisson_rwlock", name)
 }
 
-/// The prefix of an owner's read-hold timeout keys: `{name}:<owner>:rwlock_timeout`.
-pub(crate) fn read_timeouts(name: &str, owner: &str) -> String {
-    format!("{}:{owner}:rwlock_timeout", suffix_base(name))
+/// The prefix of an owner's read-hold timeout keys, `{name}:<owner>:rwlock_timeout` (the name
+/// as [`suffix_base`] wraps it), in pieces.
+pub(crate) fn read_timeouts_pieces<'a>(name: &'a str, owner: &'a str) -> [&'a str; 6] {
+    let (open, close) = if name.contains('{') {
+        ("", "")
+    } else {
+        ("{", "}")
+    };
+    [open, name, close, ":", owner, ":rwlock_timeout"]
+}
+
+/// A read-write lock owner's write field, `<owner>:write`, in pieces.
+pub(crate) fn write_field_pieces(owner: &str) -> [&str; 2] {
+    [owner, ":write"]
+}
+
+/// `pieces` joined into a shared string with one allocation (two for one over 256 bytes): the
+/// names made per owner, where every allocation counts.
+pub(crate) fn shared(pieces: &[&str]) -> std::sync::Arc<str> {
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    let mut buf = [0u8; 256];
+    if len > buf.len() {
+        return pieces.concat().into();
+    }
+    let mut at = 0;
+    for piece in pieces {
+        buf[at..at + piece.len()].copy_from_slice(piece.as_bytes());
+        at += piece.len();
+    }
+    // Whole `str`s copied back to back: valid UTF-8.
+    std::str::from_utf8(&buf[..len]).map_or_else(|_| pieces.concat().into(), std::sync::Arc::from)
 }
 
 /// The channel an RLock's release is published on.
@@ -125,8 +153,16 @@ mod tests {
     #[test]
     fn read_write_names_follow_redisson() {
         assert_eq!(rwlock_channel("doc"), "redisson_rwlock:{doc}");
-        assert_eq!(read_timeouts("doc", "u:1"), "{doc}:u:1:rwlock_timeout");
-        assert_eq!(read_timeouts("{t}x", "u:1"), "{t}x:u:1:rwlock_timeout");
+        let timeouts = |name, owner| shared(&read_timeouts_pieces(name, owner));
+        assert_eq!(&*timeouts("doc", "u:1"), "{doc}:u:1:rwlock_timeout");
+        assert_eq!(&*timeouts("{t}x", "u:1"), "{t}x:u:1:rwlock_timeout");
+        assert_eq!(&*shared(&write_field_pieces("u:1")), "u:1:write");
+        let long = "n".repeat(300);
+        assert_eq!(
+            &*shared(&[&long, ":", "x"]),
+            format!("{long}:x"),
+            "over the stack buffer"
+        );
         assert_eq!(
             derived("redisson_lock_queue", "q"),
             "redisson_lock_queue:{q}"

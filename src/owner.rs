@@ -67,10 +67,8 @@ impl Owners {
     }
 
     fn named(&self, n: u64) -> Arc<str> {
-        let mut name = String::with_capacity(self.client_text.len() + 21);
-        name.push_str(&self.client_text);
-        let _ = write!(name, ":{n}");
-        name.into()
+        let mut digits = itoa_buf(n);
+        crate::names::shared(&[&self.client_text, ":", digits.as_str()])
     }
 
     /// A request id unique across clients and processes, for idempotent releases.
@@ -81,6 +79,35 @@ impl Owners {
         // Within the capacity: the only allocation is the one above.
         let _ = write!(id, ":r{n}");
         id
+    }
+}
+
+/// `n` in decimal, without allocating.
+fn itoa_buf(n: u64) -> Digits {
+    let mut digits = Digits {
+        buf: [0; 20],
+        start: 20,
+    };
+    let mut n = n;
+    loop {
+        digits.start -= 1;
+        digits.buf[digits.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return digits;
+        }
+    }
+}
+
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_str(&mut self) -> &str {
+        // ASCII digits only.
+        std::str::from_utf8(&self.buf[self.start..]).unwrap_or("0")
     }
 }
 
@@ -95,6 +122,9 @@ mod tests {
         assert_eq!(&*owners.next_owner(), format!("{id}:1"));
         assert_eq!(&*owners.next_owner(), format!("{id}:2"));
         assert_eq!(&*owners.nobody(), format!("{id}:0"));
+        for n in [0, 7, 10, 99_999, u64::MAX] {
+            assert_eq!(itoa_buf(n).as_str(), n.to_string());
+        }
         assert_ne!(owners.next_request_id(), owners.next_request_id());
     }
 

@@ -155,8 +155,17 @@ impl ScriptCall {
     }
 
     /// One key written in pieces, without building it first (`prefix:{name}:id` and such).
-    pub(crate) fn key_concat(mut self, pieces: &[&str]) -> Self {
-        self.parts.push((self.bytes.len(), true));
+    pub(crate) fn key_concat(self, pieces: &[&str]) -> Self {
+        self.concat(pieces, true)
+    }
+
+    /// One argument written in pieces, without building it first (`<owner>:write`).
+    pub(crate) fn arg_concat(self, pieces: &[&str]) -> Self {
+        self.concat(pieces, false)
+    }
+
+    fn concat(mut self, pieces: &[&str], key: bool) -> Self {
+        self.parts.push((self.bytes.len(), key));
         for piece in pieces {
             self.bytes.extend_from_slice(piece.as_bytes());
         }

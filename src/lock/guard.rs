@@ -34,7 +34,7 @@ use crate::lock::holder::Holder;
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct LockGuard {
-    holder: Arc<Holder>,
+    holder: Holder,
     lease: Arc<Lease>,
     /// The grant asked for watchdog renewal.
     renewed: bool,
@@ -42,7 +42,7 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(holder: Arc<Holder>, lease: Arc<Lease>, renewed: bool) -> Self {
+    pub(crate) fn new(holder: Holder, lease: Arc<Lease>, renewed: bool) -> Self {
         LockGuard {
             holder,
             lease,
@@ -202,7 +202,7 @@ impl Drop for LockGuard {
 
 /// Sends a release from a background task on the client's thread; failures are logged.
 /// `resend`: an earlier send of the same request may have run.
-fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, resend: bool) {
+fn spawn_release(holder: &Holder, lease: &Arc<Lease>, request_id: String, resend: bool) {
     let (holder, lease) = (holder.clone(), lease.clone());
     let inner = holder.handle.core.clone();
     inner.spawn_release(holder.name().to_owned(), async move {
@@ -214,7 +214,7 @@ fn spawn_release(holder: &Arc<Holder>, lease: &Arc<Lease>, request_id: String, r
 
 /// A release under way; dropped before it finished, it finishes in the background.
 struct PendingRelease {
-    holder: Arc<Holder>,
+    holder: Holder,
     lease: Arc<Lease>,
     request_id: String,
     done: bool,

@@ -77,11 +77,11 @@ impl Handle {
     }
 
     /// A holder of `owner`'s holds through this handle's kind.
-    pub(crate) fn holder(self: &Arc<Self>, owner: Arc<Owner>) -> Arc<Holder> {
-        Arc::new(Holder {
+    pub(crate) fn holder(self: &Arc<Self>, owner: Arc<Owner>) -> Holder {
+        Holder {
             handle: self.clone(),
             owner,
-        })
+        }
     }
 
     /// The lock's state, and the caller's holds on this side of it.

@@ -61,6 +61,11 @@ impl Holds {
         self.count
     }
 
+    /// Nothing held, nothing pending: fit for another owner.
+    pub(crate) fn pristine(&self) -> bool {
+        self.count == 0 && self.lease.is_none() && self.leftovers.idle()
+    }
+
     /// Whether the owner holds the lock with a lease not known to be lost: only then may an
     /// acquire be answered as one more hold of it (sharing its token).
     fn live(&self) -> bool {
@@ -70,7 +75,8 @@ impl Holds {
 
 /// One owner's holds on one lock, worked through one handle's kind: made for each acquire
 /// and kept by its guard, so the release, renewal and repairs of a hold act for the owner that
-/// took it, in whatever task they run.
+/// took it, in whatever task they run. Cheap to clone: two pointers.
+#[derive(Clone)]
 pub(crate) struct Holder {
     pub(crate) handle: Arc<Handle>,
     pub(crate) owner: Arc<Owner>,
@@ -114,7 +120,7 @@ impl Holder {
 
     /// Acquires, waiting at most `wait` (`None`: for ever); `observed` counts the attempts.
     pub(crate) async fn acquire_observed(
-        self: &Arc<Self>,
+        &self,
         mode: LeaseMode,
         wait: Option<Duration>,
         observed: &crate::observe::Acquire,
@@ -201,7 +207,7 @@ impl Holder {
     /// also knows of a lock freed behind the holder's back (forced open by another client,
     /// deleted).
     async fn attempt(
-        self: &Arc<Self>,
+        &self,
         mode: LeaseMode,
         waiting: bool,
         ask_server: bool,
@@ -305,7 +311,7 @@ impl Holder {
 
     /// The guard of a grant to the holder's owner.
     fn grant(
-        self: &Arc<Self>,
+        &self,
         mut holds: OwnedMutexGuard<Holds>,
         token: u64,
         fresh: bool,
@@ -347,7 +353,7 @@ impl Holder {
     /// The guard of one more hold on `lease` of the holder's owner, registered with the
     /// watchdog when renewed.
     fn guard_on(
-        self: &Arc<Self>,
+        &self,
         mut holds: OwnedMutexGuard<Holds>,
         lease: Arc<Lease>,
         mode: LeaseMode,

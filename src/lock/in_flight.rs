@@ -1,8 +1,6 @@
 //! The drop guards of an acquire: a wait that may have queued the owner, and an acquire that
 //! may have run on the server (repaired when dropped).
 
-use std::sync::Arc;
-
 use tokio::sync::OwnedMutexGuard;
 
 use crate::lock::holder::{Holder, Holds};
@@ -10,7 +8,7 @@ use crate::lock::holder::{Holder, Holds};
 /// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
 /// up mid-wait), it takes the owner out in the background.
 pub(super) struct Queued<'a> {
-    pub(super) holder: &'a Arc<Holder>,
+    pub(super) holder: &'a Holder,
     pub(super) armed: bool,
 }
 
@@ -29,7 +27,7 @@ impl Drop for Queued<'_> {
 /// sets the server back to the hold count the owner knows, keeping the owner's mutex until the
 /// repair is done.
 pub(super) struct InFlight {
-    pub(super) holder: Arc<Holder>,
+    pub(super) holder: Holder,
     pub(super) holds: Option<OwnedMutexGuard<Holds>>,
     /// The lease the acquire asked for: how long a grant it may have left behind lives.
     pub(super) lease_ms: u64,
@@ -55,7 +53,7 @@ impl InFlight {
 /// Sets the server back to `holds` after an acquire (asking for `sent_lease_ms`) whose outcome
 /// is unknown; when Redis does not answer, tries again in the background. Returns whether the
 /// server is known to match `holds` now.
-async fn repair(holder: &Arc<Holder>, holds: &mut Holds, sent_lease_ms: u64) -> bool {
+async fn repair(holder: &Holder, holds: &mut Holds, sent_lease_ms: u64) -> bool {
     let lease_ms = holds.lease.as_ref().map_or(0, |l| l.lease_ms());
     match holder.repair_to(&holder.owner, holds.count, lease_ms).await {
         Ok(()) => true,

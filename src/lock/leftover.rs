@@ -17,7 +17,7 @@
 //! [`LockOps::acquire`](crate::lock::holder::LockOps::acquire)).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -36,11 +36,9 @@ const TRY_FOR: Duration = Duration::from_secs(120);
 /// What a holder knows of its owner's leftovers.
 #[derive(Debug, Default)]
 pub(crate) struct Leftovers {
-    /// A command of the current owner whose outcome is unknown may still reach Redis.
+    /// A command of the owner whose outcome is unknown may still reach Redis (the owner's
+    /// [`may_be_tainted`](crate::lock::owner::Owner::may_be_tainted) says so without this lock).
     tainted: bool,
-    /// `tainted`, readable without the holds' lock: an acquire checks it first, so the
-    /// uncontended path takes no extra lock.
-    hint: Arc<AtomicBool>,
     /// The owner's leftover (while it holds nothing) was removed since it was tainted.
     removed: bool,
     /// A background task is at work; it stops trying at `until`.
@@ -49,11 +47,10 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    /// Marks the current owner tainted (a waiter's, whose handed-over hold could not be taken
-    /// back): its next acquire retires it.
+    /// Marks the owner tainted: its task's next acquire retires it. Callers also mark the
+    /// owner itself ([`Owner::taint`](crate::lock::owner::Owner::taint)).
     pub(crate) fn taint(&mut self) {
         self.tainted = true;
-        self.hint.store(true, Ordering::Release);
         self.removed = false;
     }
 
@@ -62,14 +59,9 @@ impl Leftovers {
         self.tainted
     }
 
-    /// Whether the owner may be tainted (read without the holds' lock).
-    pub(crate) fn may_be_tainted(hint: &AtomicBool) -> bool {
-        hint.load(Ordering::Acquire)
-    }
-
-    /// The flag [`may_be_tainted`](Self::may_be_tainted) reads.
-    pub(crate) fn hint(&self) -> Arc<AtomicBool> {
-        self.hint.clone()
+    /// Neither tainted nor being worked on.
+    pub(crate) fn idle(&self) -> bool {
+        !self.tainted && !self.working
     }
 
     fn pending(&self, count: u32) -> bool {
@@ -83,7 +75,7 @@ impl Handle {
     /// retired first and replaced by a new one.
     pub(crate) async fn acquiring_untainted(self: &Arc<Self>) -> Acquiring {
         let acquiring = self.acquiring();
-        if !acquiring.owner().may_be_tainted(self.ops.side()) {
+        if !acquiring.owner().may_be_tainted() {
             return acquiring;
         }
         // Rare: boxed, so an acquire's future does not carry this wait for the holds.
@@ -123,13 +115,14 @@ impl Holder {
     /// An unlock or a repair of the current owner went unanswered, leaving a possible leftover
     /// that a lease of `lease_ms` frees at the latest: remove it in the background, and retire
     /// the owner before its next acquire.
-    pub(super) fn taint(self: &Arc<Self>, holds: &mut Holds, lease_ms: u64) {
+    pub(super) fn taint(&self, holds: &mut Holds, lease_ms: u64) {
         holds.leftovers.taint();
+        self.owner.taint();
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
     }
 
     /// Makes sure a background task removes the leftovers, trying for at least `within`.
-    fn work_on_leftovers(self: &Arc<Self>, holds: &mut Holds, within: Duration) {
+    fn work_on_leftovers(&self, holds: &mut Holds, within: Duration) {
         let leftovers = &mut holds.leftovers;
         let until = Instant::now() + within.min(TRY_FOR);
         leftovers.until = Some(leftovers.until.map_or(until, |u| u.max(until)));
@@ -142,7 +135,7 @@ impl Holder {
             .spawn(async move { holder.remove_leftovers().await });
     }
 
-    async fn remove_leftovers(self: Arc<Self>) {
+    async fn remove_leftovers(self) {
         let mut pause = RETRY;
         loop {
             tokio::time::sleep(pause).await;
@@ -175,7 +168,7 @@ impl Holder {
 /// Removes in the background every hold of `owner`, a waiter of this client whose handed-over
 /// hold could not be taken back (its holder retires that name at its next acquire), trying for
 /// at most `lease_ms` (the hold's lease frees it then).
-pub(super) fn take_back_later(holder: Arc<Holder>, owner: Arc<Owner>, lease_ms: u64) {
+pub(super) fn take_back_later(holder: Holder, owner: Arc<Owner>, lease_ms: u64) {
     let until = Instant::now() + Duration::from_millis(lease_ms).min(TRY_FOR);
     let inner = holder.handle.core.clone();
     inner.spawn(async move {

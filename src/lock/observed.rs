@@ -35,7 +35,7 @@ impl Handle {
 impl Holder {
     /// Gives back one hold of `lease`, in a `ferrisson.release` span.
     pub(crate) async fn release(
-        self: &Arc<Self>,
+        &self,
         lease: &Arc<Lease>,
         request_id: &str,
         resend: bool,

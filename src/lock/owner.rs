@@ -18,7 +18,6 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::lock::handover::LocalWaiters;
 use crate::lock::holder::Holds;
-use crate::lock::leftover::Leftovers;
 use crate::map::Map;
 use crate::names;
 use crate::owner::{Asker, Owners};
@@ -45,25 +44,25 @@ pub(crate) struct Owner {
     /// The name written into Redis, `<client-uuid>:<n>`; fixed for the owner's life.
     id: Arc<str>,
     lock: Arc<str>,
-    /// A read-write lock's names derived from `id`, made at first use.
-    rw: OnceLock<RwOwner>,
-    holds: [Arc<AsyncMutex<Holds>>; 2],
-    /// Each side's taint flag, readable without its holds' lock (see
-    /// [`leftover`](crate::lock::leftover)).
-    tainted: [Arc<AtomicBool>; 2],
+    /// A read-write lock's names derived from `id`, each made at first use (scripts write them
+    /// in pieces instead: these are for the watchdog and the rare paths).
+    write_field: OnceLock<Arc<str>>,
+    timeouts: OnceLock<Arc<str>>,
+    /// The hold count of every kind but a write lock's.
+    main: Arc<AsyncMutex<Holds>>,
+    /// A write lock's, made at first use.
+    write: OnceLock<Arc<AsyncMutex<Holds>>>,
+    /// Set once a command of the owner whose outcome is unknown may still reach Redis, on
+    /// either side (see [`leftover`](crate::lock::leftover)): an acquire reads it first, so the
+    /// uncontended path takes no extra lock.
+    tainted: AtomicBool,
     /// Acquires of this owner under way (counted under the table's lock for registered owners).
     acquiring: AtomicUsize,
     /// Where the owner is registered, to leave the table when it goes.
     registered: Option<(Arc<OwnerTable>, Asker)>,
-}
-
-/// A read-write lock owner's derived names.
-#[derive(Debug)]
-pub(crate) struct RwOwner {
-    /// `<owner>:write`, the write side's hash field.
-    pub(crate) write_field: Arc<str>,
-    /// `{name}:<owner>:rwlock_timeout`, the prefix of the owner's read-hold timeout keys.
-    pub(crate) timeouts: Arc<str>,
+    /// Whether its name and hold count may serve another owner once it is gone untainted (not
+    /// a fair lock's: a queue place its leave could not remove must not pass to another task).
+    recyclable: bool,
 }
 
 impl fmt::Debug for Owner {
@@ -76,22 +75,41 @@ impl fmt::Debug for Owner {
 }
 
 impl Owner {
-    fn new(id: Arc<str>, lock: Arc<str>, registered: Option<(Arc<OwnerTable>, Asker)>) -> Self {
-        let (main, write) = (Holds::default(), Holds::default());
+    fn new(Spare { id, main }: Spare, lock: Arc<str>) -> Self {
         Owner {
             id,
             lock,
-            rw: OnceLock::new(),
-            tainted: [main.leftovers.hint(), write.leftovers.hint()],
-            holds: [main, write].map(|h| Arc::new(AsyncMutex::new(h))),
+            write_field: OnceLock::new(),
+            timeouts: OnceLock::new(),
+            main,
+            write: OnceLock::new(),
+            tainted: AtomicBool::new(false),
             acquiring: AtomicUsize::new(0),
-            registered,
+            registered: None,
+            recyclable: false,
         }
     }
 
     /// An owner of `lock` for one acquire only, in no table (an `RMutex` is never reentrant).
     pub(crate) fn single(owners: &Owners, lock: &Arc<str>) -> Arc<Self> {
-        Arc::new(Owner::new(owners.next_owner(), lock.clone(), None))
+        Arc::new(Owner::new(Spare::new(owners), lock.clone()))
+    }
+
+    /// What this owner, going, leaves to a new one: its name and hold count, when nothing can
+    /// still refer to them. Untainted, it has no hold and no command under way on the server
+    /// (a holder, and so this owner, lives until its last command is answered), so another
+    /// task taking the name is as if this one locked again later.
+    fn spare(&mut self, blank: &Spare) -> Option<Spare> {
+        if !self.recyclable || self.may_be_tainted() || Arc::strong_count(&self.main) != 1 {
+            return None;
+        }
+        if !self.main.try_lock().is_ok_and(|h| h.pristine()) {
+            return None;
+        }
+        Some(Spare {
+            id: std::mem::replace(&mut self.id, blank.id.clone()),
+            main: std::mem::replace(&mut self.main, blank.main.clone()),
+        })
     }
 
     /// The owner's name in Redis.
@@ -101,20 +119,33 @@ impl Owner {
 
     /// The hold count of `side`.
     pub(crate) fn holds(&self, side: Side) -> &Arc<AsyncMutex<Holds>> {
-        &self.holds[side as usize]
+        match side {
+            Side::Main => &self.main,
+            Side::Write => self.write.get_or_init(Arc::default),
+        }
     }
 
-    /// The read-write lock names of this owner.
-    pub(crate) fn rw(&self) -> &RwOwner {
-        self.rw.get_or_init(|| RwOwner {
-            write_field: format!("{}:write", self.id).into(),
-            timeouts: names::read_timeouts(&self.lock, &self.id).into(),
-        })
+    /// `<owner>:write`, the owner's field on a read-write lock's write side.
+    pub(crate) fn write_field(&self) -> &Arc<str> {
+        self.write_field
+            .get_or_init(|| names::shared(&names::write_field_pieces(&self.id)))
     }
 
-    /// Whether `side` may be tainted (read without its holds' lock).
-    pub(crate) fn may_be_tainted(&self, side: Side) -> bool {
-        Leftovers::may_be_tainted(&self.tainted[side as usize])
+    /// `{name}:<owner>:rwlock_timeout`, the prefix of the owner's read-hold timeout keys.
+    pub(crate) fn read_timeouts(&self) -> &Arc<str> {
+        self.timeouts
+            .get_or_init(|| names::shared(&names::read_timeouts_pieces(&self.lock, &self.id)))
+    }
+
+    /// Whether a side of the owner may be tainted (read without the holds' locks).
+    pub(crate) fn may_be_tainted(&self) -> bool {
+        self.tainted.load(Ordering::Acquire)
+    }
+
+    /// A side of the owner was tainted (its holds' [`Leftovers`](crate::lock::leftover) say
+    /// which): the owner's task retires it at its next acquire.
+    pub(crate) fn taint(&self) {
+        self.tainted.store(true, Ordering::Release);
     }
 
     /// Acquires of this owner under way.
@@ -126,10 +157,13 @@ impl Owner {
     /// an operation under way there counts as holding).
     pub(crate) fn idle_besides(&self, side: Side) -> bool {
         let other = match side {
-            Side::Main => Side::Write,
-            Side::Write => Side::Main,
+            Side::Main => match self.write.get() {
+                Some(write) => write,
+                None => return true,
+            },
+            Side::Write => &self.main,
         };
-        self.holds(other)
+        other
             .try_lock()
             .is_ok_and(|h| h.count() == 0 && !h.leftovers.tainted())
     }
@@ -137,11 +171,32 @@ impl Owner {
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        if let Some((table, asker)) = &self.registered {
-            table.unlink(*asker, self);
+        let Some((table, asker)) = self.registered.take() else {
+            return;
+        };
+        let spare = self.spare(&table.blank);
+        table.unlink(asker, self, spare);
+    }
+}
+
+/// A name and a hold count for a new owner.
+#[derive(Debug)]
+struct Spare {
+    id: Arc<str>,
+    main: Arc<AsyncMutex<Holds>>,
+}
+
+impl Spare {
+    fn new(owners: &Owners) -> Self {
+        Spare {
+            id: owners.next_owner(),
+            main: Arc::default(),
         }
     }
 }
+
+/// The most spares a client keeps.
+const SPARES: usize = 256;
 
 /// An acquire of an owner under way; dropping it ends the count.
 #[derive(Debug)]
@@ -166,20 +221,89 @@ impl Drop for Acquiring {
     }
 }
 
-/// One asker's owners: per lock name and family.
-type Entries = Vec<(Arc<str>, &'static str, Weak<Owner>)>;
+/// One owner in the table: its lock name, family, and a pointer to it.
+type Entry = (Arc<str>, &'static str, Weak<Owner>);
+
+/// One asker's owners, per lock name and family. Most tasks hold one lock at a time: that one
+/// is kept inline, with no allocation of its own.
+#[derive(Debug)]
+enum Entries {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl Entries {
+    fn iter(&self) -> std::slice::Iter<'_, Entry> {
+        match self {
+            Entries::One(e) => std::slice::from_ref(e).iter(),
+            Entries::Many(v) => v.iter(),
+        }
+    }
+
+    fn push(&mut self, entry: Entry) {
+        match self {
+            Entries::One(_) => {
+                let Entries::One(first) = std::mem::replace(self, Entries::Many(Vec::new())) else {
+                    unreachable!("matched above");
+                };
+                *self = Entries::Many(vec![first, entry]);
+            }
+            Entries::Many(v) => v.push(entry),
+        }
+    }
+
+    /// Keeps the entries `keep` approves; false when none is left.
+    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) -> bool {
+        match self {
+            Entries::One(e) => keep(e),
+            Entries::Many(v) => {
+                v.retain(keep);
+                !v.is_empty()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Entries::One(_) => 1,
+            Entries::Many(v) => v.len(),
+        }
+    }
+}
 
 /// A client's owners, per asker, lock name and family. It points at owners without keeping
 /// them: an owner leaves it when its last holder goes (or when it is retired).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct OwnerTable {
-    askers: Mutex<Map<Asker, Entries>>,
+    state: Mutex<TableState>,
+    /// Stand-ins a going owner takes in place of what it leaves as a spare.
+    blank: Spare,
+}
+
+#[derive(Debug, Default)]
+struct TableState {
+    askers: Map<Asker, Entries>,
+    /// What gone owners left for new ones (a task that locks and unlocks in a loop makes an
+    /// owner each time: this saves two of its allocations); at most [`SPARES`].
+    spares: Vec<Spare>,
+}
+
+impl Default for OwnerTable {
+    fn default() -> Self {
+        OwnerTable {
+            state: Mutex::default(),
+            blank: Spare {
+                id: Arc::from(""),
+                main: Arc::default(),
+            },
+        }
+    }
 }
 
 impl OwnerTable {
-    fn askers(&self) -> MutexGuard<'_, Map<Asker, Entries>> {
+    fn state(&self) -> MutexGuard<'_, TableState> {
         // Every change under this lock is one push, removal or replacement.
-        self.askers.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The owner `asker` has for `lock` of `family` (made when it has none), with this acquire
@@ -190,23 +314,35 @@ impl OwnerTable {
         (lock, family): (&Arc<str>, &'static str),
         asker: Asker,
     ) -> Acquiring {
-        let mut askers = self.askers();
-        let entries = askers.entry(asker).or_default();
-        let found = entries
-            .iter()
-            .find(|(name, f, _)| **name == **lock && *f == family)
+        let mut state = self.state();
+        let same = |(name, f, _): &Entry| **name == **lock && *f == family;
+        let found = state
+            .askers
+            .get(&asker)
+            .and_then(|entries| entries.iter().find(|e| same(e)))
             .and_then(|(_, _, owner)| owner.upgrade());
         let owner = match found {
             Some(owner) => owner,
             None => {
-                let owner = Arc::new(Owner::new(
-                    owners.next_owner(),
-                    lock.clone(),
-                    Some((self.clone(), asker)),
-                ));
+                let spare = state.spares.pop().unwrap_or_else(|| Spare::new(owners));
+                let mut owner = Owner::new(spare, lock.clone());
+                owner.registered = Some((self.clone(), asker));
+                owner.recyclable = family != "fair";
+                let owner = Arc::new(owner);
+                let entry = (lock.clone(), family, Arc::downgrade(&owner));
                 // A dead entry (its owner is dropping right now) is replaced.
-                entries.retain(|(name, f, _)| !(**name == **lock && *f == family));
-                entries.push((lock.clone(), family, Arc::downgrade(&owner)));
+                match state.askers.get_mut(&asker) {
+                    Some(entries) => {
+                        if entries.retain(|e| !same(e)) {
+                            entries.push(entry);
+                        } else {
+                            *entries = Entries::One(entry);
+                        }
+                    }
+                    None => {
+                        state.askers.insert(asker, Entries::One(entry));
+                    }
+                }
                 owner
             }
         };
@@ -216,7 +352,8 @@ impl OwnerTable {
 
     /// The owner `asker` has for `lock` of `family`, if any.
     pub(crate) fn find(&self, (lock, family): (&str, &str), asker: Asker) -> Option<Arc<Owner>> {
-        self.askers()
+        self.state()
+            .askers
             .get(&asker)?
             .iter()
             .find(|(name, f, _)| **name == *lock && *f == family)
@@ -230,33 +367,39 @@ impl OwnerTable {
         let Some((_, asker)) = &owner.registered else {
             return false;
         };
-        let mut askers = self.askers();
+        let mut state = self.state();
         // Counted under this lock: no other acquire can pick the owner up meanwhile.
         if owner.acquiring() != 1 {
             return false;
         }
-        Self::remove(&mut askers, *asker, Arc::as_ptr(owner));
+        Self::remove(&mut state.askers, *asker, Arc::as_ptr(owner));
         true
     }
 
-    /// The owner at `owner` is gone: its entry goes, unless another owner took it.
-    fn unlink(&self, asker: Asker, owner: *const Owner) {
-        Self::remove(&mut self.askers(), asker, owner);
+    /// The owner at `owner` is gone, leaving `spare`: its entry goes, unless another owner
+    /// took it.
+    fn unlink(&self, asker: Asker, owner: *const Owner, spare: Option<Spare>) {
+        let mut state = self.state();
+        Self::remove(&mut state.askers, asker, owner);
+        if let Some(spare) = spare
+            && state.spares.len() < SPARES
+        {
+            state.spares.push(spare);
+        }
     }
 
     fn remove(askers: &mut Map<Asker, Entries>, asker: Asker, owner: *const Owner) {
         let Some(entries) = askers.get_mut(&asker) else {
             return;
         };
-        entries.retain(|(_, _, entry)| !std::ptr::eq(entry.as_ptr(), owner));
-        if entries.is_empty() {
+        if !entries.retain(|(_, _, entry)| !std::ptr::eq(entry.as_ptr(), owner)) {
             askers.remove(&asker);
         }
     }
 
     /// How many owners the table points at.
     pub(crate) fn len(&self) -> usize {
-        self.askers().values().map(Vec::len).sum()
+        self.state().askers.values().map(Entries::len).sum()
     }
 }
 
@@ -308,7 +451,7 @@ mod tests {
             0,
             "nothing is left for an asker holding nothing"
         );
-        assert!(table.askers().is_empty());
+        assert!(table.state().askers.is_empty());
     }
 
     #[test]
@@ -335,10 +478,47 @@ mod tests {
     }
 
     #[test]
+    fn a_gone_untainted_owner_leaves_its_name_to_the_next_one() {
+        let (table, owners, lock) = setup();
+        let me = Asker::current();
+        let first = table.acquiring(&owners, (&lock, LOCK), me);
+        let id = first.owner().id().clone();
+        drop(first);
+        let other = Asker::Thread(
+            std::thread::spawn(|| std::thread::current().id())
+                .join()
+                .unwrap(),
+        );
+        let second = table.acquiring(&owners, (&lock, LOCK), other);
+        assert_eq!(
+            second.owner().id(),
+            &id,
+            "nothing refers to the name any more"
+        );
+        // A tainted owner's name, and a fair lock owner's, serve nobody else.
+        second.owner().taint();
+        drop(second);
+        let third = table.acquiring(&owners, (&lock, LOCK), me);
+        assert_ne!(third.owner().id(), &id);
+        let third_id = third.owner().id().clone();
+        drop(third);
+        let fair = table.acquiring(&owners, (&lock, "fair"), me);
+        assert_eq!(fair.owner().id(), &third_id);
+        let fair_id = fair.owner().id().clone();
+        drop(fair);
+        let after_fair = table.acquiring(&owners, (&lock, LOCK), me);
+        assert_ne!(after_fair.owner().id(), &fair_id);
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
     fn rw_names_derive_from_the_owner() {
         let (_, owners, lock) = setup();
         let owner = Owner::single(&owners, &lock);
-        assert_eq!(&*owner.rw().write_field, format!("{}:write", owner.id()));
-        assert!(owner.rw().timeouts.contains(&**owner.id()));
+        assert_eq!(&**owner.write_field(), format!("{}:write", owner.id()));
+        assert_eq!(
+            &**owner.read_timeouts(),
+            format!("{{lock}}:{}:rwlock_timeout", owner.id())
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 impl Holder {
     /// Gives back one hold of `lease`.
     pub(crate) async fn release_observed(
-        self: &Arc<Self>,
+        &self,
         lease: &Arc<Lease>,
         request_id: &str,
         resend: bool,
@@ -144,7 +144,7 @@ impl Holder {
     /// Releases the owner's last hold by handing the lock to the waiter of `offer`, and tells
     /// the waiter how that went. Answers as the plain release would for this owner.
     async fn hand_over(
-        self: &Arc<Self>,
+        &self,
         owner: &Owner,
         lease: &Lease,
         request_id: &str,
@@ -258,7 +258,7 @@ where
 /// A handover under way; dropped unsettled, it takes the waiter's possible hold back in the
 /// background, keeping the waiter's hold count locked until that is done.
 struct PendingHandover {
-    holder: Arc<Holder>,
+    holder: Holder,
     offer: Option<Offer>,
 }
 
@@ -285,10 +285,11 @@ impl Drop for PendingHandover {
 /// have been handed with a lease of `lease_ms`, freeing the lock (and publishing) if that was
 /// the only one. When Redis does not answer, the waiter's owner is tainted and the hold is
 /// taken back in the background.
-async fn take_back(holder: &Arc<Holder>, owner: &Arc<Owner>, holds: &mut Holds, lease_ms: u64) {
+async fn take_back(holder: &Holder, owner: &Arc<Owner>, holds: &mut Holds, lease_ms: u64) {
     if let Err(e) = holder.repair_to(owner, 0, 0).await {
         tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; retrying in the background");
         holds.leftovers.taint();
+        owner.taint();
         take_back_later(holder.clone(), owner.clone(), lease_ms);
     }
 }

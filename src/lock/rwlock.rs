@@ -233,7 +233,7 @@ impl RwNames {
         ScriptCall::new(&RWLOCK_REPAIR)
             .key(&*self.name)
             .key(&*self.channel)
-            .key(&*owner.rw().timeouts)
+            .key(&**owner.read_timeouts())
             .arg(field)
             .arg(holds)
             .arg(side)
@@ -272,32 +272,34 @@ impl LockOps for ReadOps {
         RenewTarget::ReadHolds {
             key: self.0.name.clone(),
             owner: owner.id().clone(),
-            timeouts: owner.rw().timeouts.clone(),
+            timeouts: owner.read_timeouts().clone(),
         }
     }
 
     fn acquire(&self, owner: &Owner, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
+        let id: &str = owner.id();
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
             .key(&*n.name)
-            .key(&*owner.rw().timeouts)
+            .key_concat(&names::read_timeouts_pieces(&n.name, id))
             .key(&n.counter)
             .key(n.writers.as_ref().map(|(key, _)| key))
-            .arg(&**owner.id())
-            .arg(&*owner.rw().write_field)
+            .arg(id)
+            .arg_concat(&names::write_field_pieces(id))
             .arg(lease_ms)
             .arg(flag(stale))
     }
 
     fn release(&self, owner: &Owner, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
+        let id: &str = owner.id();
         ScriptCall::new(&RWLOCK_READ_RELEASE)
             .key(&*n.name)
             .key(&*n.channel)
-            .key(&*owner.rw().timeouts)
+            .key_concat(&names::read_timeouts_pieces(&n.name, id))
             .key_concat(&names::unlock_latch_pieces(&n.name, request.id))
             .key(n.writers.as_ref().map(|(key, _)| key))
-            .arg(&**owner.id())
+            .arg(id)
             .arg(request.latch_ttl_ms)
             .arg(&n.base)
             .arg(request.resend_flag())
@@ -339,7 +341,7 @@ impl LockOps for WriteOps {
     fn renewal(&self, owner: &Owner) -> RenewTarget {
         RenewTarget::HashField {
             key: self.0.name.clone(),
-            field: owner.rw().write_field.clone(),
+            field: owner.write_field().clone(),
         }
     }
 
@@ -349,12 +351,13 @@ impl LockOps for WriteOps {
     /// With writer preference, a refused caller that waits leaves (or refreshes) its mark.
     fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
         let n = &self.0;
+        let id: &str = owner.id();
         let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
             .key(&*n.name)
             .key(&n.counter)
-            .arg(&*owner.rw().write_field)
+            .arg_concat(&names::write_field_pieces(id))
             .arg(lease_ms)
-            .arg(&**owner.id())
+            .arg(id)
             .arg(&n.base)
             .arg(flag(stale));
         match &n.writers {
@@ -391,26 +394,26 @@ impl LockOps for WriteOps {
 
     fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
         let n = &self.0;
-        let rw = owner.rw();
+        let id: &str = owner.id();
         ScriptCall::new(&RWLOCK_WRITE_RELEASE)
             .key(&*n.name)
             .key(&*n.channel)
-            .key(&*rw.timeouts)
+            .key_concat(&names::read_timeouts_pieces(&n.name, id))
             .key_concat(&names::unlock_latch_pieces(&n.name, request.id))
-            .arg(&*rw.write_field)
+            .arg_concat(&names::write_field_pieces(id))
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
-            .arg(&**owner.id())
+            .arg(id)
             .arg(request.resend_flag())
     }
 
     fn repair(&self, owner: &Owner, holds: u32, lease_ms: u64) -> ScriptCall {
         self.0
-            .repair(owner, &owner.rw().write_field, holds, "write", lease_ms)
+            .repair(owner, owner.write_field(), holds, "write", lease_ms)
     }
 
     fn field<'a>(&self, owner: &'a Owner) -> &'a str {
-        &owner.rw().write_field
+        owner.write_field()
     }
 
     fn force_unlock(&self) -> ScriptCall {
