@@ -223,6 +223,67 @@ async fn a_failed_unlock_is_never_followed_by_a_grant_with_the_old_token() {
     }
 }
 
+/// The fields of a read-write lock's hash but `mode`, sorted.
+async fn rw_fields(server: &RedisServer, name: &str) -> Vec<(String, String)> {
+    let mut raw = server.raw().await;
+    let mut fields: Vec<(String, String)> = raw.hgetall(name).await.unwrap();
+    fields.retain(|(f, _)| f != "mode");
+    fields.sort();
+    fields
+}
+
+/// A read-write lock's owner is one per task for both sides, so a side whose unlock went
+/// unanswered taints both: the task's next acquire of either side, once it holds nothing,
+/// retires the owner and clears every tainted side under the old name. Neither a leftover
+/// read hold taken for this task's own (a write refused as an upgrade) nor a late release
+/// reaching the new name can follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_owner_tainted_on_either_side_is_retired() {
+    let server = RedisServer::start();
+    let (proxy, client) = proxied(&server).await;
+    let rw = client.get_read_write_lock("rw-taint");
+
+    // The read side's unlock goes unanswered; the task then writes.
+    let read = rw.read_lock().lock().await.unwrap();
+    let old = rw_fields(&server, "rw-taint").await;
+    assert_eq!(old.len(), 1, "{old:?}");
+    proxy.set(Mode::Blackhole);
+    let unlocked = tokio::time::timeout(Duration::from_secs(5), read.unlock())
+        .await
+        .expect("the unlock gives up within its timeouts");
+    assert!(unlocked.is_err());
+    reconnect(&proxy, &client).await;
+    let write = tokio::time::timeout(Duration::from_secs(5), rw.write_lock().lock())
+        .await
+        .expect("the write is not held up by the old read hold")
+        .expect("not refused as an upgrade: the old read hold is not this owner's");
+    let now = rw_fields(&server, "rw-taint").await;
+    assert_eq!(now.len(), 1, "only the new owner's write hold: {now:?}");
+    assert!(now[0].0.ends_with(":write") && !now[0].0.starts_with(&old[0].0));
+    write.unlock().await.unwrap();
+    assert!(!rw.read_lock().is_locked().await.unwrap());
+
+    // Both sides' unlocks go unanswered (write, then write->read).
+    let write = rw.write_lock().lock().await.unwrap();
+    let read = rw.read_lock().lock().await.unwrap();
+    let old = rw_fields(&server, "rw-taint").await;
+    assert_eq!(old.len(), 2, "{old:?}");
+    proxy.set(Mode::Blackhole);
+    for unlocked in [
+        tokio::time::timeout(Duration::from_secs(5), read.unlock()).await,
+        tokio::time::timeout(Duration::from_secs(5), write.unlock()).await,
+    ] {
+        assert!(unlocked.expect("gives up within its timeouts").is_err());
+    }
+    reconnect(&proxy, &client).await;
+    let again = rw.read_lock().lock().await.unwrap();
+    let now = rw_fields(&server, "rw-taint").await;
+    assert_eq!(now.len(), 1, "only the new owner's read hold: {now:?}");
+    assert!(old.iter().all(|(f, _)| f != &now[0].0), "a new name");
+    again.unlock().await.unwrap();
+    assert!(!rw.read_lock().is_locked().await.unwrap(), "freed");
+}
+
 /// The hold a failed unlock leaves behind does not wait for its lease: the client sets it right
 /// as soon as Redis answers again, so other clients get the lock at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

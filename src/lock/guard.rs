@@ -9,6 +9,9 @@ use crate::lock::holder::Holder;
 /// One hold of a lock. Returned by every acquire; `'static` and `Send`, so it can move into a
 /// task.
 ///
+/// Moving a guard moves its release and renewal, not its owner: the task that took the hold
+/// still owns it, and its next acquire of the name is reentrant while the guard lives.
+///
 /// Release it with [`unlock`](Self::unlock), which reports errors. Dropping it instead stops the
 /// lease renewal at once and sends the release from a background task on the client's own thread,
 /// wherever the guard is dropped: in any runtime, during a runtime's shutdown, or on a plain thread
@@ -123,7 +126,7 @@ impl LockGuard {
     /// within milliseconds while this future listens; a request made while nobody listened is
     /// found when the future starts, or at the next watchdog renewal (within a third of the
     /// watchdog timeout) for a renewed hold. Pends for ever when no request comes. A request
-    /// lives about one lease, so a hold the same owner takes again meanwhile hears it too.
+    /// lives about one lease, so a reentrant hold of the same owner hears it too.
     ///
     /// The holder decides what to do (finish quickly and unlock, say); fencing tokens protect
     /// the resource from a holder that ignores it, and `force_unlock` is the forced path.

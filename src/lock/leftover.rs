@@ -54,11 +54,6 @@ impl Leftovers {
         self.removed = false;
     }
 
-    /// Whether the owner is tainted.
-    pub(crate) fn tainted(&self) -> bool {
-        self.tainted
-    }
-
     /// Neither tainted nor being worked on.
     pub(crate) fn idle(&self) -> bool {
         !self.tainted && !self.working
@@ -84,30 +79,52 @@ impl Handle {
 
     async fn retire_tainted(self: &Arc<Self>, acquiring: Acquiring) -> Acquiring {
         let owner = acquiring.owner().clone();
-        let side = self.ops.side();
-        let mut holds = owner.holds(side).lock().await;
-        // Another acquire of the owner may be waiting under its name (a release could hand it
-        // the lock under that name): a later acquire retires it.
+        let holds = owner.holds(self.ops.side()).lock().await;
+        // A read-write lock's other side: its holds and taint are the same owner's.
+        let sibling = self.sibling();
+        let other = match &sibling {
+            Some(sibling) => match owner.holds(sibling.ops.side()).try_lock() {
+                Ok(other) => Some(other),
+                // An operation of the other side is under way: a later acquire retires.
+                Err(_) => return acquiring,
+            },
+            None => None,
+        };
+        // Only an owner holding nothing is retired; and not while another acquire of it may
+        // be waiting under its name (a release could hand it the lock under that name).
         if holds.count != 0
-            || !holds.leftovers.tainted
-            || !owner.idle_besides(side)
+            || other.as_ref().is_some_and(|o| o.count() != 0)
             || !self.locks.owners.retire(&acquiring)
         {
             return acquiring;
         }
         tracing::debug!(lock = %self.name(), retired = %owner.id(), "owner retired after an unknown outcome");
-        // The retired name's holds go now, whatever was removed before (a late command may have
-        // come since), so the new owner never shares the lock with them (readers would); when
-        // Redis does not answer, in the background.
-        let retired = self.holder(owner.clone());
-        if let Err(e) = retired.repair_to(&owner, 0, 0).await {
-            tracing::debug!(lock = %self.name(), error = %e, "a retired owner's holds go in the background");
-            holds.leftovers.removed = false;
-            retired.work_on_leftovers(&mut holds, TRY_FOR);
+        // The retired name's holds go now on every tainted side, whatever was removed before (a
+        // late command may have come since), so the new owner never shares the lock with them
+        // (readers would); when Redis does not answer, or this acquire is dropped meanwhile, in
+        // the background.
+        let mut sides = vec![(self.clone(), holds)];
+        if let (Some(sibling), Some(other)) = (sibling, other) {
+            sides.push((sibling, other));
         }
-        drop(holds);
+        for (handle, holds) in &mut sides {
+            if holds.leftovers.tainted {
+                handle.holder(owner.clone()).clear_retired(holds).await;
+            }
+        }
+        drop(sides);
         drop(acquiring);
         self.acquiring()
+    }
+
+    /// The handle of a read-write lock's other side, for the same name and owners.
+    fn sibling(self: &Arc<Self>) -> Option<Arc<Handle>> {
+        let ops = self.ops.sibling()?;
+        Some(Arc::new(Handle::new(
+            self.core.clone(),
+            self.locks.clone(),
+            ops,
+        )))
     }
 }
 
@@ -119,6 +136,19 @@ impl Holder {
         holds.leftovers.taint();
         self.owner.taint();
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
+    }
+
+    /// Removes the holds of this (retired) owner's side: the background task is armed first,
+    /// so that a cancelled or failed removal here still happens.
+    async fn clear_retired(&self, holds: &mut Holds) {
+        holds.leftovers.removed = false;
+        self.work_on_leftovers(holds, TRY_FOR);
+        match self.repair_to(&self.owner, 0, 0).await {
+            Ok(()) => holds.leftovers.removed = true,
+            Err(e) => {
+                tracing::debug!(lock = %self.name(), error = %e, "a retired owner's holds go in the background");
+            }
+        }
     }
 
     /// Makes sure a background task removes the leftovers, trying for at least `within`.

@@ -60,9 +60,6 @@ pub(crate) struct Owner {
     acquiring: AtomicUsize,
     /// Where the owner is registered, to leave the table when it goes.
     registered: Option<(Arc<OwnerTable>, Asker)>,
-    /// Whether its name and hold count may serve another owner once it is gone untainted (not
-    /// a fair lock's: a queue place its leave could not remove must not pass to another task).
-    recyclable: bool,
 }
 
 impl fmt::Debug for Owner {
@@ -75,7 +72,7 @@ impl fmt::Debug for Owner {
 }
 
 impl Owner {
-    fn new(Spare { id, main }: Spare, lock: Arc<str>) -> Self {
+    fn new(id: Arc<str>, Spare { main }: Spare, lock: Arc<str>) -> Self {
         Owner {
             id,
             lock,
@@ -86,28 +83,26 @@ impl Owner {
             tainted: AtomicBool::new(false),
             acquiring: AtomicUsize::new(0),
             registered: None,
-            recyclable: false,
         }
     }
 
     /// An owner of `lock` for one acquire only, in no table (an `RMutex` is never reentrant).
     pub(crate) fn single(owners: &Owners, lock: &Arc<str>) -> Arc<Self> {
-        Arc::new(Owner::new(Spare::new(owners), lock.clone()))
+        Arc::new(Owner::new(
+            owners.next_owner(),
+            Spare::default(),
+            lock.clone(),
+        ))
     }
 
-    /// What this owner, going, leaves to a new one: its name and hold count, when nothing can
-    /// still refer to them. Untainted, it has no hold and no command under way on the server
-    /// (a holder, and so this owner, lives until its last command is answered), so another
-    /// task taking the name is as if this one locked again later.
+    /// What this owner, going, leaves to a new one: its hold count, when nothing can still
+    /// refer to it and it holds nothing. (Never its name: a name may still meet what was left
+    /// under it, a revocation request, a writer's mark, a renewal already on its way.)
     fn spare(&mut self, blank: &Spare) -> Option<Spare> {
-        if !self.recyclable || self.may_be_tainted() || Arc::strong_count(&self.main) != 1 {
-            return None;
-        }
-        if !self.main.try_lock().is_ok_and(|h| h.pristine()) {
+        if Arc::strong_count(&self.main) != 1 || !self.main.try_lock().is_ok_and(|h| h.pristine()) {
             return None;
         }
         Some(Spare {
-            id: std::mem::replace(&mut self.id, blank.id.clone()),
             main: std::mem::replace(&mut self.main, blank.main.clone()),
         })
     }
@@ -152,21 +147,6 @@ impl Owner {
     pub(crate) fn acquiring(&self) -> usize {
         self.acquiring.load(Ordering::Acquire)
     }
-
-    /// Whether the owner holds nothing on the side other than `side` (taken without waiting;
-    /// an operation under way there counts as holding).
-    pub(crate) fn idle_besides(&self, side: Side) -> bool {
-        let other = match side {
-            Side::Main => match self.write.get() {
-                Some(write) => write,
-                None => return true,
-            },
-            Side::Write => &self.main,
-        };
-        other
-            .try_lock()
-            .is_ok_and(|h| h.count() == 0 && !h.leftovers.tainted())
-    }
 }
 
 impl Drop for Owner {
@@ -179,20 +159,10 @@ impl Drop for Owner {
     }
 }
 
-/// A name and a hold count for a new owner.
-#[derive(Debug)]
+/// A hold count for a new owner.
+#[derive(Debug, Default)]
 struct Spare {
-    id: Arc<str>,
     main: Arc<AsyncMutex<Holds>>,
-}
-
-impl Spare {
-    fn new(owners: &Owners) -> Self {
-        Spare {
-            id: owners.next_owner(),
-            main: Arc::default(),
-        }
-    }
 }
 
 /// The most spares a client keeps.
@@ -273,7 +243,7 @@ impl Entries {
 
 /// A client's owners, per asker, lock name and family. It points at owners without keeping
 /// them: an owner leaves it when its last holder goes (or when it is retired).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct OwnerTable {
     state: Mutex<TableState>,
     /// Stand-ins a going owner takes in place of what it leaves as a spare.
@@ -284,20 +254,8 @@ pub(crate) struct OwnerTable {
 struct TableState {
     askers: Map<Asker, Entries>,
     /// What gone owners left for new ones (a task that locks and unlocks in a loop makes an
-    /// owner each time: this saves two of its allocations); at most [`SPARES`].
+    /// owner each time: this saves one of its allocations); at most [`SPARES`].
     spares: Vec<Spare>,
-}
-
-impl Default for OwnerTable {
-    fn default() -> Self {
-        OwnerTable {
-            state: Mutex::default(),
-            blank: Spare {
-                id: Arc::from(""),
-                main: Arc::default(),
-            },
-        }
-    }
 }
 
 impl OwnerTable {
@@ -324,10 +282,9 @@ impl OwnerTable {
         let owner = match found {
             Some(owner) => owner,
             None => {
-                let spare = state.spares.pop().unwrap_or_else(|| Spare::new(owners));
-                let mut owner = Owner::new(spare, lock.clone());
+                let spare = state.spares.pop().unwrap_or_default();
+                let mut owner = Owner::new(owners.next_owner(), spare, lock.clone());
                 owner.registered = Some((self.clone(), asker));
-                owner.recyclable = family != "fair";
                 let owner = Arc::new(owner);
                 let entry = (lock.clone(), family, Arc::downgrade(&owner));
                 // A dead entry (its owner is dropping right now) is replaced.
@@ -478,36 +435,25 @@ mod tests {
     }
 
     #[test]
-    fn a_gone_untainted_owner_leaves_its_name_to_the_next_one() {
+    fn a_gone_owner_leaves_its_hold_count_and_never_its_name() {
         let (table, owners, lock) = setup();
         let me = Asker::current();
         let first = table.acquiring(&owners, (&lock, LOCK), me);
         let id = first.owner().id().clone();
+        let holds = Arc::as_ptr(first.owner().holds(Side::Main));
         drop(first);
-        let other = Asker::Thread(
-            std::thread::spawn(|| std::thread::current().id())
-                .join()
-                .unwrap(),
-        );
-        let second = table.acquiring(&owners, (&lock, LOCK), other);
+        let second = table.acquiring(&owners, (&lock, LOCK), me);
+        assert_ne!(second.owner().id(), &id, "a name serves one owner");
         assert_eq!(
-            second.owner().id(),
-            &id,
-            "nothing refers to the name any more"
+            Arc::as_ptr(second.owner().holds(Side::Main)),
+            holds,
+            "the hold count, pristine, serves the next"
         );
-        // A tainted owner's name, and a fair lock owner's, serve nobody else.
-        second.owner().taint();
+        // A hold count still referred to elsewhere is not passed on.
+        let kept = second.owner().holds(Side::Main).clone();
         drop(second);
         let third = table.acquiring(&owners, (&lock, LOCK), me);
-        assert_ne!(third.owner().id(), &id);
-        let third_id = third.owner().id().clone();
-        drop(third);
-        let fair = table.acquiring(&owners, (&lock, "fair"), me);
-        assert_eq!(fair.owner().id(), &third_id);
-        let fair_id = fair.owner().id().clone();
-        drop(fair);
-        let after_fair = table.acquiring(&owners, (&lock, LOCK), me);
-        assert_ne!(after_fair.owner().id(), &fair_id);
+        assert!(!Arc::ptr_eq(third.owner().holds(Side::Main), &kept));
         assert_eq!(table.len(), 1);
     }
 
