@@ -47,6 +47,17 @@ end
 if type(counter) == 'table' or (counter and not tonumber(counter)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds no counter')
 end
+-- A new grant's token: the server's clock in microseconds, or the counter + 1 when the counter
+-- is ahead of it; the counter ends at the token (see lock_acquire.lua).
+local function new_token()
+  local now = redis.call('time')
+  local token = tonumber(now[1] .. string.format('%06d', now[2]))
+  if counter and tonumber(counter) >= token then
+    token = tonumber(counter) + 1
+  end
+  redis.call('set', KEYS[4], string.format('%d', token))
+  return token
+end
 
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -140,7 +151,7 @@ end
 if redis.call('exists', KEYS[1]) == 1 then
   if redis.call('hexists', KEYS[1], owner) == 1 then
     if ARGV[6] == '1' then
-      local token = redis.call('incr', KEYS[4])
+      local token = new_token()
       redis.call('hset', KEYS[1], owner, 1)
       redis.call('pexpire', KEYS[1], ARGV[2])
       return {1, token}
@@ -162,7 +173,7 @@ if head and head ~= owner then
   keep_place()
   return {0, math.floor(turn_left(head))}
 end
-local token = redis.call('incr', KEYS[4])
+local token = new_token()
 if head then
   redis.call('lpop', KEYS[2])
 end

@@ -9,10 +9,11 @@
 --          for it is stale (a release or repair whose outcome never reached the client) and is
 --          replaced by a fresh grant, so a new guard never carries an old token
 --
--- Tokens: a new grant takes the slot's counter up by one; a fenced lock also takes the name's
--- counter up, and both end at the larger value, which is the token. Every earlier grant of the
--- name left the slot's counter at least at its token, so tokens increase per name, and a Java
--- RFencedLock counting on the name's counter stays in one sequence with the fenced lock.
+-- Tokens: a new grant's token is above the slot's counter (and, for a fenced lock, the name's
+-- counter) and at least the server's clock in microseconds; the counters end at the token.
+-- Every earlier grant of the name left the slot's counter at least at its token, so tokens
+-- increase per name, and a Java RFencedLock counting on the name's counter stays in one
+-- sequence with the fenced lock.
 --
 -- Replies: one integer. A {status, value} table costs Redis about 0.4 µs more a call than an
 -- integer (building the table, converting it, a reply of deferred length) and the client an
@@ -22,14 +23,14 @@
 --               the token of its first grant
 --   -2 - pttl   held by another owner; pttl is the lock's remaining TTL in ms, -1 without TTL
 --               (so -1: no TTL; -2 - n: n ms left)
--- Errors: WRONGTYPE when a key holds another type; ERR when the token would be below 1 (a
--- counter set by hand below 0), as such a token could not be told from the other replies.
--- The lock is never changed then (the INCR is the first write: a server refusing writes
--- refuses it; the counters may have moved up, which costs no guarantee).
+-- Errors: WRONGTYPE when a key holds another type. The lock is never changed then (the
+-- counter's SET is the first write: a server refusing writes refuses it); the slot's counter
+-- may have moved up to the clock, which costs no guarantee.
 
 -- Cost: every redis.call costs Redis about as much as the command itself again, and each
 -- closure a run defines is an allocation, so the common paths are straight-line code: a free
--- lock is PTTL, INCR, HSET, PEXPIRE; a busy one PTTL, HEXISTS (BENCHMARKS.md, notes).
+-- lock is PTTL, TIME, SET .. GET, HSET, PEXPIRE; a busy one PTTL, HEXISTS (BENCHMARKS.md,
+-- notes).
 
 local pttl = redis.call('pttl', KEYS[1])
 if pttl ~= -2 then
@@ -47,32 +48,52 @@ if pttl ~= -2 then
   end
 end
 
--- A new grant (the lock is free, or holds a stale hold of this owner).
-local token = redis.pcall('incr', KEYS[2])
-if type(token) == 'table' then
-  if string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true) then
+-- A new grant (the lock is free, or holds a stale hold of this owner). Its token is the
+-- server's clock in microseconds, or the slot's counter + 1 when the counter is ahead of it
+-- (grants faster than one a microsecond, a clock stepped back); the counter ends at the token.
+-- So a counter Redis lost (a restart without persistence, a failover to a replica that missed
+-- it, DEL, FLUSHALL, eviction) restarts above every token handed out before, provided the
+-- clock of the master now is not behind the clock of the master then by more than the time
+-- between the two grants. TIME's seconds and microseconds are joined as text: the number stays
+-- exact (16 digits, below 2^53 until the year 2255), and a Lua number would print as 1.7e+15.
+-- Redis before 7 replicates a script by its commands only when asked, before any write.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+local now = redis.call('time')
+local clock = now[1] .. string.format('%06d', now[2])
+local seen = redis.pcall('set', KEYS[2], clock, 'get')
+if type(seen) == 'table' then
+  if string.find(seen.err, 'WRONGTYPE', 1, true) then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
   end
-  return redis.error_reply(token.err)
+  -- Refused (OOM, READONLY): nothing was written.
+  return redis.error_reply(seen.err)
+end
+local token = tonumber(clock)
+if seen then
+  local last = tonumber(seen)
+  if not last then
+    redis.call('set', KEYS[2], seen)
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
+  end
+  if last >= token then
+    token = last + 1
+    redis.call('set', KEYS[2], string.format('%d', token))
+  end
 end
 if KEYS[3] then
-  local named = redis.pcall('incr', KEYS[3])
-  if type(named) == 'table' then
-    if string.find(named.err, 'WRONGTYPE', 1, true) or string.find(named.err, 'not an integer', 1, true) then
-      return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
-    end
-    return redis.error_reply(named.err)
+  -- Redisson's counter of the name (a Java RFencedLock takes its tokens there by INCR): the
+  -- token goes above it too, and it ends at the token, so Java's next token is above ours.
+  local named = redis.pcall('get', KEYS[3])
+  if type(named) == 'table' or (named and not tonumber(named)) then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
   end
-  if named > token then
-    redis.call('set', KEYS[2], named)
-    token = named
-  elseif token > named then
-    redis.call('set', KEYS[3], token)
+  if named and tonumber(named) >= token then
+    token = tonumber(named) + 1
+    redis.call('set', KEYS[2], string.format('%d', token))
   end
-end
-if token < 1 then
-  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' at ' .. token
-    .. ': no token below 1 is handed out')
+  redis.call('set', KEYS[3], string.format('%d', token))
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ARGV[2])

@@ -79,25 +79,40 @@ local function counter_error(key, err)
   end
   return redis.error_reply(err)
 end
-local token = redis.pcall('incr', KEYS[3])
-if type(token) == 'table' then
-  return counter_error(KEYS[3], token.err)
+-- The waiter's token, as lock_acquire.lua makes one: the server's clock in microseconds, or a
+-- counter + 1 when a counter is ahead of it; the counters end at the token.
+-- Redis before 7 replicates a script by its commands only when asked, before any write.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+local now = redis.call('time')
+local clock = now[1] .. string.format('%06d', now[2])
+local seen = redis.pcall('set', KEYS[3], clock, 'get')
+if type(seen) == 'table' then
+  return counter_error(KEYS[3], seen.err)
+end
+local token = tonumber(clock)
+if seen then
+  local last = tonumber(seen)
+  if not last then
+    redis.call('set', KEYS[3], seen)
+    return counter_error(KEYS[3], 'not an integer')
+  end
+  if last >= token then
+    token = last + 1
+    redis.call('set', KEYS[3], string.format('%d', token))
+  end
 end
 if KEYS[4] then
-  local named = redis.pcall('incr', KEYS[4])
-  if type(named) == 'table' then
-    return counter_error(KEYS[4], named.err)
+  local named = redis.pcall('get', KEYS[4])
+  if type(named) == 'table' or (named and not tonumber(named)) then
+    return counter_error(KEYS[4], 'not an integer')
   end
-  if named > token then
-    redis.call('set', KEYS[3], named)
-    token = named
-  elseif token > named then
-    redis.call('set', KEYS[4], token)
+  if named and tonumber(named) >= token then
+    token = tonumber(named) + 1
+    redis.call('set', KEYS[3], string.format('%d', token))
   end
-end
-if token < 1 then
-  return redis.error_reply('ERR fencing counter ' .. KEYS[3] .. ' at ' .. token
-    .. ': no token below 1 is handed out')
+  redis.call('set', KEYS[4], string.format('%d', token))
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -65,7 +65,13 @@ if free >= n then
       batch = {}
     end
   end
-  local token = redis.call('incr', KEYS[4])
+  -- The token: the server's clock in microseconds, or the counter + 1 when the counter is
+  -- ahead of it; the counter ends at the token (see lock_acquire.lua).
+  local token = tonumber(clock[1] .. string.format('%06d', clock[2]))
+  if counter and tonumber(counter) >= token then
+    token = tonumber(counter) + 1
+  end
+  redis.call('set', KEYS[4], string.format('%d', token))
   if expired > 0 and free > n then
     redis.call('publish', KEYS[3], free - n)
   end

@@ -61,11 +61,24 @@ if KEYS[4] and mode ~= 'write' then
   end
 end
 
--- The INCR is the first write: if the server refuses writes (OOM, READONLY), nothing changes.
+-- The counter's SET is the first write: if the server refuses writes (OOM, READONLY), nothing
+-- changes.
 local stale = ARGV[4] == '1' and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 local reply = {2, 0}
 if stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  reply = {1, redis.call('incr', KEYS[3])}
+  -- The token: the server's clock in microseconds, or the counter + 1 when the counter is
+  -- ahead of it; the counter ends at the token (see lock_acquire.lua).
+  -- Redis before 7 replicates a script by its commands only when asked, before any write.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local now = redis.call('time')
+  local token = tonumber(now[1] .. string.format('%06d', now[2]))
+  if counter and tonumber(counter) >= token then
+    token = tonumber(counter) + 1
+  end
+  redis.call('set', KEYS[3], string.format('%d', token))
+  reply = {1, token}
 end
 if stale then
   for k = 1, stale do

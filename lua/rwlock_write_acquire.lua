@@ -42,6 +42,9 @@ local counter = redis.pcall('get', KEYS[2])
 if type(counter) == 'table' or (counter and not tonumber(counter)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
 end
+-- A new grant's token: the server's clock in microseconds, or the counter + 1 when the counter
+-- is ahead of it; the counter ends at the token (see lock_acquire.lua). Defined only where a
+-- grant is made, as every closure a run defines costs an allocation.
 
 -- Refused: a waiting writer leaves or refreshes its mark (and drops the marks that ran out).
 local function refused()
@@ -94,7 +97,18 @@ if mode == 'read' then
 end
 
 if not mode then
-  local token = redis.call('incr', KEYS[2])
+  local token = (function()
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    local now = redis.call('time')
+    local token = tonumber(now[1] .. string.format('%06d', now[2]))
+    if counter and tonumber(counter) >= token then
+      token = tonumber(counter) + 1
+    end
+    redis.call('set', KEYS[2], string.format('%d', token))
+    return token
+  end)()
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   unmark()
@@ -103,7 +117,18 @@ end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   local reply = {2, 0}
   if ARGV[5] == '1' then
-    reply = {1, redis.call('incr', KEYS[2])}
+    reply = {1, (function()
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    local now = redis.call('time')
+    local token = tonumber(now[1] .. string.format('%06d', now[2]))
+    if counter and tonumber(counter) >= token then
+      token = tonumber(counter) + 1
+    end
+    redis.call('set', KEYS[2], string.format('%d', token))
+    return token
+  end)()}
     redis.call('hset', KEYS[1], ARGV[1], 1)
   else
     redis.call('hincrby', KEYS[1], ARGV[1], 1)

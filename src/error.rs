@@ -109,7 +109,8 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A key that ferrisson needs holds data of another kind; nothing was changed.
+    /// A key that ferrisson needs holds data of another kind. The lock was not changed; a
+    /// fencing counter may have moved up (to the server clock), which costs no guarantee.
     #[error("key `{key}` holds data of another type")]
     WrongType {
         /// The key that holds the foreign value.

@@ -476,7 +476,7 @@ async fn handover_counts_sharded_subscribers() {
             assert!(heard.is_some(), "the foreign waiter heard nothing");
         } else {
             assert_eq!(published, 0, "handed over: the lock was never free");
-            assert_eq!(guard.fencing_token(), token + 1);
+            assert!(guard.fencing_token() > token);
         }
         guard.unlock().await.unwrap();
     }

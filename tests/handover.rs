@@ -85,7 +85,7 @@ async fn a_release_hands_the_lock_to_a_local_waiter_in_its_own_round_trip() {
         0,
         "the lock was never free, so no unlock was published"
     );
-    assert_eq!(guard.fencing_token(), first_token + 1);
+    assert!(guard.fencing_token() > first_token);
     let owner_fields = fields(&server, "handed").await;
     assert_eq!(owner_fields.len(), 1, "only the new owner holds it");
     assert_eq!(owner_fields[0].1, "1");

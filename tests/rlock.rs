@@ -114,7 +114,7 @@ async fn a_waiter_gets_the_lock_when_the_holder_unlocks() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(second, first + 1);
+    assert!(second > first, "{second} after {first}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
