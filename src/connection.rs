@@ -28,7 +28,7 @@ use redis::{
 use crate::script::capped;
 use crate::topology::Target;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// One open connection: to one server (alone, or the master a sentinel named), or to a cluster
 /// (one connection per node, commands routed by their key's slot).
@@ -75,6 +75,22 @@ pub(crate) struct Connection {
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
     opening: tokio::sync::Mutex<()>,
+    events: Arc<Events>,
+}
+
+/// What the client hears of its connection's life, for those who must act at once when the
+/// server may have changed under them (the watchdog re-checks every hold then).
+#[derive(Debug)]
+struct Events {
+    /// Goes up when the connection was given up (a sentinel named another master) or opened
+    /// again after a break: whatever the client held there may be gone.
+    changed: watch::Sender<u64>,
+}
+
+impl Events {
+    fn changed(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -158,7 +174,17 @@ impl Connection {
             response_timeout,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
+            events: Arc::new(Events {
+                changed: watch::Sender::new(0),
+            }),
         }
+    }
+
+    /// Changes each time the connection was given up or opened again after the first time: the
+    /// server may have lost what the client holds there (a restart, a failover), or may be
+    /// another server.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.events.changed.subscribe()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -219,6 +245,7 @@ impl Connection {
     /// target is now: a sentinel's new master, say).
     pub(crate) fn reopen(&self) {
         self.state().open = None;
+        self.events.changed();
     }
 
     /// The target connections go to.
@@ -292,6 +319,10 @@ impl Connection {
             conn: conn.clone(),
             id,
         });
+        drop(state);
+        if id > 1 {
+            self.events.changed();
+        }
         Ok((conn, id))
     }
 }

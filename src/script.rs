@@ -349,6 +349,12 @@ impl Executor {
         self.conn.reopen();
     }
 
+    /// Changes whenever the command connection dropped, was given up or was opened again (see
+    /// [`Connection::changes`]).
+    pub(crate) fn connection_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.conn.changes()
+    }
+
     /// Whether the servers speak sharded pub/sub: a cluster of Redis 7 or later (Redisson
     /// 3.22+ uses it there, so ferrisson must too for Java and Rust waiters to wake each
     /// other). A single server or a sentinel's master keeps classic pub/sub, as Redisson does.

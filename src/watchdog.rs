@@ -160,7 +160,13 @@ impl Watchdog {
         runtime: &tokio::runtime::Handle,
     ) -> Self {
         let shared = Arc::new(Shared::default());
-        runtime.spawn(run(shared.clone(), executor, lease, shutdown));
+        let changes = executor.connection_changes();
+        runtime.spawn(heartbeat(
+            Arc::downgrade(&shared),
+            executor.clone(),
+            shutdown.clone(),
+        ));
+        runtime.spawn(run(shared.clone(), executor, lease, shutdown, changes));
         Watchdog { shared, lease }
     }
 
@@ -212,13 +218,61 @@ impl Watchdog {
     }
 }
 
+/// How often the client makes sure its connection still stands while it holds renewed leases.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// While any lease is renewed, a script call every [`HEARTBEAT`] (an empty renewal, so the ACL
+/// rule the client needs anyway covers it): an idle client learns within about a second that its
+/// server restarted or its connection was cut, since the failed call drops the connection and
+/// the next one opens a new connection, which makes the watchdog re-check every hold. Its own
+/// task, so that a server that does not answer delays no renewal.
+async fn heartbeat(
+    shared: std::sync::Weak<Shared>,
+    executor: Executor,
+    mut shutdown: watch::Receiver<()>,
+) {
+    let probe = ScriptCall::new(&LOCK_RENEW).arg(1);
+    let mut pause = HEARTBEAT;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        let holding = match shared.upgrade() {
+            Some(shared) => !shared.registry().entries.is_empty(),
+            None => return,
+        };
+        if !holding {
+            pause = HEARTBEAT;
+            continue;
+        }
+        pause = match executor.run::<Vec<i64>>(&probe, "heartbeat").await {
+            Ok(_) => HEARTBEAT,
+            // Broken: the next call opens a new connection; soon, so a server that is back is
+            // found within a fraction of a second.
+            Err(_) => RECHECK_RETRY,
+        };
+    }
+}
+
+/// How soon a renewal that failed while re-checking after a connection change is sent again:
+/// the holder should hear within about a second of the server being back that its hold is gone.
+const RECHECK_RETRY: Duration = Duration::from_millis(200);
+
 async fn run(
     shared: Arc<Shared>,
     executor: Executor,
     lease: Duration,
     mut shutdown: watch::Receiver<()>,
+    mut changes: watch::Receiver<u64>,
 ) {
     let retry = (lease / 10).max(Duration::from_millis(10));
+    // After the connection dropped, was given up or reopened, every hold is renewed at once and,
+    // until a round of renewals got through, retried at short intervals: a restarted server or
+    // a new master may not have it any more, and its holder must stop now, not at the next
+    // renewal a third of a lease away.
+    let mut rechecking = false;
     loop {
         let next = {
             let registry = shared.registry();
@@ -239,6 +293,12 @@ async fn run(
         tokio::select! {
             biased;
             _ = shutdown.changed() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return; // the connection is gone: so is the client
+                }
+                rechecking = all_due(&shared);
+            }
             () = tokio::time::sleep_until(until) => {}
         }
         let batch = take_due(&shared, Instant::now() + lease / 6);
@@ -266,6 +326,9 @@ async fn run(
             .iter()
             .map(|chunk| renew_chunk(&executor, chunk, lease));
         let results = futures::future::join_all(calls).await;
+        let failed = results.iter().any(|(_, result)| result.is_err());
+        let retry_in = if rechecking { RECHECK_RETRY } else { retry };
+        rechecking &= failed;
         let mut registry = shared.registry();
         for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
             if let Err(e) = &result {
@@ -308,12 +371,22 @@ async fn run(
                         registry.entries.remove(id);
                     }
                     Err(_) => {
-                        entry.next_due = Instant::now() + retry;
+                        entry.next_due = Instant::now() + retry_in;
                     }
                 }
             }
         }
     }
+}
+
+/// Makes every lease due now; returns whether there is any.
+fn all_due(shared: &Shared) -> bool {
+    let now = Instant::now();
+    let mut registry = shared.registry();
+    for entry in registry.entries.values_mut() {
+        entry.next_due = now;
+    }
+    !registry.entries.is_empty()
 }
 
 /// Takes every entry due by `horizon` (renewing a little early costs nothing and fills batches).

@@ -376,8 +376,11 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
         .await
         .unwrap();
     let lock = client.get_lock("resent");
-    let outer = lock.lock().await.unwrap();
-    let inner = lock.lock().await.unwrap();
+    // Fixed leases: no watchdog entry, so no renewal or heartbeat joins the script count (the
+    // reconnect below would make the watchdog re-check renewed holds).
+    let lease = Duration::from_secs(30);
+    let outer = lock.lock_with_lease(lease).await.unwrap();
+    let inner = lock.lock_with_lease(lease).await.unwrap();
     let rival_client = support::client(&server).await;
     let rival = rival_client.get_lock("resent");
 

@@ -248,6 +248,63 @@ async fn a_grant_the_new_master_never_got_is_reported_lost() {
     );
 }
 
+/// The same with the default 30 s lease, the replicas' links cut so that they certainly miss
+/// the grant (a frozen replica still finds the stream in its socket on thaw): the holder learns
+/// within seconds of the new master being named, not at its next renewal 10 s away, because
+/// the client's move to the new master makes the watchdog re-check every hold there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_lost_in_a_failover_is_known_lost_soon_after_the_new_master_is_named() {
+    let mut setup = RedisSentinels::start().await;
+    let client = client_with(&setup, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let mut master = setup.raw_master().await;
+    // Writes go on with no replica linked (the harness asks for one).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(0)
+        .query_async(&mut master)
+        .await
+        .unwrap();
+    let replicas = freeze_replicas(&setup).await;
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut master)
+        .await
+        .unwrap();
+    let guard = client.get_lock("lost-in-failover").lock().await.unwrap();
+    let old = setup.kill_master().await;
+    thaw(&setup, &replicas);
+    let (new, took) = setup.wait_new_master(old).await;
+    let named = Instant::now();
+    eprintln!("master {old} killed; {new} named after {took:?}");
+    let mut raw = setup.raw_master().await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("lost-in-failover")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!exists, "the new master never got the grant");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the vanished hold is known lost within 3 s of the new master being named");
+    eprintln!(
+        "known lost {:?} after the new master was named",
+        named.elapsed()
+    );
+    // The new master never saw the grant nor the counter it raised: its token comes again
+    // from the clock, above the lost one, never equal to it.
+    let next = client.get_lock("lost-in-failover").lock().await.unwrap();
+    assert!(
+        next.fencing_token() > guard.fencing_token(),
+        "token {} after the lost {}",
+        next.fencing_token(),
+        guard.fencing_token()
+    );
+    next.unlock().await.unwrap();
+}
+
 /// A permit grant no replica acknowledges is given back too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_no_replica_acknowledges_is_given_back() {

@@ -1,0 +1,113 @@
+//! A holder hears at once that its hold vanished when the server forgot it: once the client's
+//! connection drops or reconnects, the watchdog re-checks every renewed hold right away (not a
+//! third of a lease later) and marks the vanished ones lost.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::{RedisServer, client};
+
+/// Within this of the server being back, every vanished hold is known lost.
+const NOTICE: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_marks_every_renewed_hold_lost_at_once() {
+    let mut server = RedisServer::start();
+    // The default 30 s lease: the next regular renewal is 10 s away.
+    let client = client(&server).await;
+    let rw = client.get_read_write_lock("gone:rw");
+    let guards = [
+        ("plain", client.get_lock("gone:plain").lock().await.unwrap()),
+        (
+            "fair",
+            client.get_fair_lock("gone:fair").lock().await.unwrap(),
+        ),
+        (
+            "fenced",
+            client
+                .get_fenced_lock("gone:fenced")
+                .lock_and_get_token()
+                .await
+                .unwrap()
+                .1,
+        ),
+        ("read", rw.read_lock().lock().await.unwrap()),
+        (
+            "mutex",
+            client.get_mutex("gone:mutex").lock().await.unwrap(),
+        ),
+    ];
+    let write = client
+        .get_read_write_lock("gone:rw2")
+        .write_lock()
+        .lock()
+        .await
+        .unwrap();
+    let permits = client.get_permit_expirable_semaphore("gone:permits");
+    permits.try_set_permits(1).await.unwrap();
+    let permit = permits.acquire().await.unwrap();
+
+    server.restart(); // back at once, empty
+    let back = Instant::now();
+    for (what, guard) in guards.iter().chain([("write", write)].iter()) {
+        assert!(
+            tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), guard.lost())
+                .await
+                .is_ok(),
+            "{what}: not told within {NOTICE:?} that the restarted server lost its hold"
+        );
+    }
+    assert!(
+        tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), permit.lost())
+            .await
+            .is_ok(),
+        "the permit: not told within {NOTICE:?}"
+    );
+    eprintln!(
+        "every hold known lost {:?} after the restart",
+        back.elapsed()
+    );
+}
+
+/// A dropped connection to a server that still has the holds: the re-check renews them at once
+/// (the TTL is back to the whole lease within a second, not a third of a lease later) and no
+/// guard is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_renews_every_hold_at_once_and_loses_none() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("kept:plain");
+    let guard = lock.lock().await.unwrap();
+    let mut raw = server.raw().await;
+    // Let the TTL run down a little, so a renewal shows.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before: i64 = raw.pttl("kept:plain").await.unwrap();
+    assert!(before < 29_000, "{before}");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "the client's connection was killed");
+    let renewed = support::eventually(Duration::from_secs(1), || {
+        let mut raw = raw.clone();
+        async move {
+            let now: i64 = raw.pttl("kept:plain").await.unwrap();
+            now > 29_000
+        }
+    })
+    .await;
+    assert!(
+        renewed,
+        "the hold was not renewed at once after the dropped connection"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
