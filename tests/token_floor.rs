@@ -203,3 +203,81 @@ async fn java_fenced_tokens_continue_above_across_a_counter_loss() {
     guard.unlock().await.unwrap();
     assert!(third > java_second);
 }
+
+/// Contenders on three clients loop lock/unlock while the server restarts empty: no token is
+/// ever handed out twice, and every grant after the restart carries a token above every grant
+/// before it. (Holds that vanish with the restart cannot keep their exclusion: only tokens can.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_across_a_restart_never_share_a_token() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    let mut server = RedisServer::start();
+    let grants: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = support::builder(&server)
+            .response_timeout(Duration::from_millis(300))
+            .connection_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let lock = client.get_lock("chaos:restart");
+            let (grants, stop) = (grants.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(Some(guard)) = lock.try_lock_for(Duration::from_millis(200), None).await
+                    else {
+                        continue; // the server is away, or busy: try again
+                    };
+                    grants
+                        .lock()
+                        .unwrap()
+                        .push((Instant::now(), guard.fencing_token()));
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let _ = guard.unlock().await; // may find the hold gone with the restart
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let killed = Instant::now();
+    server.restart();
+    let back = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    support::join_within(Duration::from_secs(10), tasks, "contenders stop").await;
+
+    let grants = grants.lock().unwrap().clone();
+    let mut tokens: Vec<u64> = grants.iter().map(|(_, t)| *t).collect();
+    tokens.sort_unstable();
+    let total = tokens.len();
+    tokens.dedup();
+    assert_eq!(tokens.len(), total, "a token was handed out twice");
+    let before: Vec<u64> = grants
+        .iter()
+        .filter(|(at, _)| *at < killed)
+        .map(|(_, t)| *t)
+        .collect();
+    let after: Vec<u64> = grants
+        .iter()
+        .filter(|(at, _)| *at > back)
+        .map(|(_, t)| *t)
+        .collect();
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "grants on both sides"
+    );
+    let highest = before.iter().max().unwrap();
+    assert!(
+        after.iter().all(|t| t > highest),
+        "a grant after the restart went below one before it"
+    );
+    eprintln!(
+        "{} grants before the restart, {} after",
+        before.len(),
+        after.len()
+    );
+}
