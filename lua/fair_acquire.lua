@@ -44,7 +44,8 @@ if type(counter) == 'table' and not string.find(counter.err, 'WRONGTYPE', 1, tru
   -- Not the key's type (a refused GET, say): Redis' own error.
   return redis.error_reply(counter.err)
 end
-if type(counter) == 'table' or (counter and not tonumber(counter)) then
+if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$')
+    and tonumber(counter) <= 9007199254740990)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds no counter')
 end
 -- A new grant's token: the server's clock in microseconds, or the counter + 1 when the counter

@@ -72,8 +72,10 @@ if type(seen) == 'table' then
 end
 local token = tonumber(clock)
 if seen then
-  local last = tonumber(seen)
-  if not last then
+  -- Only a whole number that stays exact as a Lua number (below 2^53) is a counter: anything
+  -- else is put back and refused, as INCR would refuse it.
+  local last = string.match(seen, '^%-?%d+$') and tonumber(seen)
+  if not last or last > 9007199254740990 then
     redis.call('set', KEYS[2], seen)
     return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
   end
@@ -86,7 +88,8 @@ if KEYS[3] then
   -- Redisson's counter of the name (a Java RFencedLock takes its tokens there by INCR): the
   -- token goes above it too, and it ends at the token, so Java's next token is above ours.
   local named = redis.pcall('get', KEYS[3])
-  if type(named) == 'table' or (named and not tonumber(named)) then
+  if type(named) == 'table'
+      or (named and not (string.match(named, '^%-?%d+$') and tonumber(named) <= 9007199254740990)) then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
   end
   if named and tonumber(named) >= token then

@@ -93,8 +93,8 @@ if type(seen) == 'table' then
 end
 local token = tonumber(clock)
 if seen then
-  local last = tonumber(seen)
-  if not last then
+  local last = string.match(seen, '^%-?%d+$') and tonumber(seen)
+  if not last or last > 9007199254740990 then
     redis.call('set', KEYS[3], seen)
     return counter_error(KEYS[3], 'not an integer')
   end
@@ -105,7 +105,8 @@ if seen then
 end
 if KEYS[4] then
   local named = redis.pcall('get', KEYS[4])
-  if type(named) == 'table' or (named and not tonumber(named)) then
+  if type(named) == 'table'
+      or (named and not (string.match(named, '^%-?%d+$') and tonumber(named) <= 9007199254740990)) then
     return counter_error(KEYS[4], 'not an integer')
   end
   if named and tonumber(named) >= token then

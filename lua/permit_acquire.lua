@@ -26,6 +26,11 @@ end
 if redis.call('exists', KEYS[5]) == 1 then
   return {-1, 0, 0}
 end
+-- Redis before 7 replicates a script by its commands only when asked, before any write (the
+-- script reads the server's clock).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
 local free = redis.pcall('get', KEYS[1])
 if type(free) == 'table' or (free and not tonumber(free)) then
   return wrongtype(KEYS[1])
@@ -37,7 +42,8 @@ if kind ~= 'none' and kind ~= 'zset' then
   return wrongtype(KEYS[2])
 end
 local counter = redis.pcall('get', KEYS[4])
-if type(counter) == 'table' or (counter and not tonumber(counter)) then
+if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$')
+    and tonumber(counter) <= 9007199254740990)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds no counter')
 end
 

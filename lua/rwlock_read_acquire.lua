@@ -29,7 +29,8 @@ if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
 end
 local counter = redis.pcall('get', KEYS[3])
-if type(counter) == 'table' or (counter and not tonumber(counter)) then
+if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$')
+    and tonumber(counter) <= 9007199254740990)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
 end
 

@@ -25,6 +25,11 @@
 -- write hold: an upgrade would wait for itself for ever, so it is refused.
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
 
+-- Redis before 7 replicates a script by its commands only when asked, before any write (a
+-- grant reads the server's clock).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
 local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. kind)
@@ -39,7 +44,8 @@ if KEYS[3] then
   end
 end
 local counter = redis.pcall('get', KEYS[2])
-if type(counter) == 'table' or (counter and not tonumber(counter)) then
+if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$')
+    and tonumber(counter) <= 9007199254740990)) then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
 end
 -- A new grant's token: the server's clock in microseconds, or the counter + 1 when the counter
@@ -98,9 +104,6 @@ end
 
 if not mode then
   local token = (function()
-    if redis.replicate_commands then
-      redis.replicate_commands()
-    end
     local now = redis.call('time')
     local token = tonumber(now[1] .. string.format('%06d', now[2]))
     if counter and tonumber(counter) >= token then
@@ -118,9 +121,6 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   local reply = {2, 0}
   if ARGV[5] == '1' then
     reply = {1, (function()
-    if redis.replicate_commands then
-      redis.replicate_commands()
-    end
     local now = redis.call('time')
     local token = tonumber(now[1] .. string.format('%06d', now[2]))
     if counter and tonumber(counter) >= token then

@@ -249,9 +249,14 @@ async fn heartbeat(
         }
         pause = match executor.run::<Vec<i64>>(&probe, "heartbeat").await {
             Ok(_) => HEARTBEAT,
-            // Broken: the next call opens a new connection; soon, so a server that is back is
-            // found within a fraction of a second.
-            Err(_) => RECHECK_RETRY,
+            // No answer (a timeout keeps a connection redis-rs would retry on: a host gone
+            // without a reset), or a broken connection: give it up, so the next call opens a
+            // new one (and the watchdog re-checks every hold there), soon, so a server that is
+            // back is found within a fraction of a second.
+            Err(_) => {
+                executor.reopen();
+                RECHECK_RETRY
+            }
         };
     }
 }
@@ -273,6 +278,9 @@ async fn run(
     // a new master may not have it any more, and its holder must stop now, not at the next
     // renewal a third of a lease away.
     let mut rechecking = false;
+    // When every lease was last made due: at most once per RECHECK_RETRY, since the renewals
+    // themselves may open a connection (a change), which must not start a round without pause.
+    let mut rechecked: Option<Instant> = None;
     loop {
         let next = {
             let registry = shared.registry();
@@ -297,7 +305,12 @@ async fn run(
                 if changed.is_err() {
                     return; // the connection is gone: so is the client
                 }
-                rechecking = all_due(&shared);
+                if rechecked.is_none_or(|at| at.elapsed() >= RECHECK_RETRY) {
+                    rechecked = Some(Instant::now());
+                    rechecking = all_due(&shared);
+                } else {
+                    rechecking = true;
+                }
             }
             () = tokio::time::sleep_until(until) => {}
         }

@@ -281,3 +281,35 @@ async fn contenders_across_a_restart_never_share_a_token() {
         after.len()
     );
 }
+
+/// A counter that is no whole number a Lua script can count on exactly (a fraction, hex, one at
+/// or beyond 2^53) is refused as `WrongType` and left as it was, as INCR would leave it: a token
+/// made from it could repeat (2^53 + 1 is 2^53 as a Lua number).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_no_script_can_count_on_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut raw = server.raw().await;
+    for (i, bad) in ["1.5", "0x10", " 12", "9007199254740992", "1e300"]
+        .into_iter()
+        .enumerate()
+    {
+        let plain = client.get_lock(&format!("bad-counter:{i}"));
+        let fair = client.get_fair_lock(&format!("bad-counter:{i}"));
+        let counter = plain.token_counter_key();
+        let _: () = raw.set(&counter, bad).await.unwrap();
+        for err in [
+            plain.lock().await.unwrap_err(),
+            fair.lock().await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, ferrisson::Error::WrongType { key } if *key == counter),
+                "{bad}: {err:?}"
+            );
+        }
+        let left: String = raw.get(&counter).await.unwrap();
+        assert_eq!(left, bad, "the counter is left as it was");
+        let locked: bool = raw.exists(format!("bad-counter:{i}")).await.unwrap();
+        assert!(!locked, "{bad}: the lock was not taken");
+    }
+}
