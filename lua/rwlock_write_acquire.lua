@@ -49,8 +49,16 @@ if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no counter')
 end
 -- A new grant's token: the server's clock in microseconds, or the counter + 1 when the counter
--- is ahead of it; the counter ends at the token (see lock_acquire.lua). Defined only where a
--- grant is made, as every closure a run defines costs an allocation.
+-- is ahead of it; the counter ends at the token (see lock_acquire.lua).
+local function new_token()
+  local now = redis.call('time')
+  local token = tonumber(now[1] .. string.format('%06d', now[2]))
+  if counter and tonumber(counter) >= token then
+    token = tonumber(counter) + 1
+  end
+  redis.call('set', KEYS[2], string.format('%d', token))
+  return token
+end
 
 -- Refused: a waiting writer leaves or refreshes its mark (and drops the marks that ran out).
 local function refused()
@@ -103,15 +111,7 @@ if mode == 'read' then
 end
 
 if not mode then
-  local token = (function()
-    local now = redis.call('time')
-    local token = tonumber(now[1] .. string.format('%06d', now[2]))
-    if counter and tonumber(counter) >= token then
-      token = tonumber(counter) + 1
-    end
-    redis.call('set', KEYS[2], string.format('%d', token))
-    return token
-  end)()
+  local token = new_token()
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   unmark()
@@ -120,15 +120,7 @@ end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   local reply = {2, 0}
   if ARGV[5] == '1' then
-    reply = {1, (function()
-    local now = redis.call('time')
-    local token = tonumber(now[1] .. string.format('%06d', now[2]))
-    if counter and tonumber(counter) >= token then
-      token = tonumber(counter) + 1
-    end
-    redis.call('set', KEYS[2], string.format('%d', token))
-    return token
-  end)()}
+    reply = {1, new_token()}
     redis.call('hset', KEYS[1], ARGV[1], 1)
   else
     redis.call('hincrby', KEYS[1], ARGV[1], 1)
