@@ -75,22 +75,10 @@ pub(crate) struct Connection {
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
     opening: tokio::sync::Mutex<()>,
-    events: Arc<Events>,
-}
-
-/// What the client hears of its connection's life, for those who must act at once when the
-/// server may have changed under them (the watchdog re-checks every hold then).
-#[derive(Debug)]
-struct Events {
     /// Goes up when the connection was given up (a sentinel named another master) or opened
-    /// again after a break: whatever the client held there may be gone.
-    changed: watch::Sender<u64>,
-}
-
-impl Events {
-    fn changed(&self) {
-        self.changed.send_modify(|n| *n += 1);
-    }
+    /// again after a break: whatever the client held there may be gone, and the watchdog
+    /// re-checks every hold.
+    changes: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -174,9 +162,7 @@ impl Connection {
             response_timeout,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
-            events: Arc::new(Events {
-                changed: watch::Sender::new(0),
-            }),
+            changes: watch::Sender::new(0),
         }
     }
 
@@ -184,7 +170,7 @@ impl Connection {
     /// server may have lost what the client holds there (a restart, a failover), or may be
     /// another server.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
-        self.events.changed.subscribe()
+        self.changes.subscribe()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -245,7 +231,7 @@ impl Connection {
     /// target is now: a sentinel's new master, say).
     pub(crate) fn reopen(&self) {
         self.state().open = None;
-        self.events.changed();
+        self.changes.send_modify(|n| *n += 1);
     }
 
     /// The target connections go to.
@@ -321,7 +307,7 @@ impl Connection {
         });
         drop(state);
         if id > 1 {
-            self.events.changed();
+            self.changes.send_modify(|n| *n += 1);
         }
         Ok((conn, id))
     }

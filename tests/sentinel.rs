@@ -226,32 +226,12 @@ async fn a_grant_no_replica_acknowledges_is_undone() {
     assert!(!exists, "the unsynced grant was not undone");
 }
 
-/// A grant that never reached a replica is gone after a failover: the holder learns it at its
-/// next renewal (`is_lost`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_the_new_master_never_got_is_reported_lost() {
-    let mut setup = RedisSentinels::start().await;
-    let client = client_with(&setup, |b| b.watchdog_timeout(Duration::from_millis(1_500))).await;
-    let replicas = freeze_replicas(&setup).await;
-    let guard = client.get_lock("unreplicated:key").lock().await.unwrap();
-    let old = setup.kill_master().await;
-    thaw(&setup, &replicas);
-    let (new, took) = setup.wait_new_master(old).await;
-    let named = Instant::now();
-    eprintln!("master {old} killed; {new} named after {took:?}");
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("the vanished hold is reported lost");
-    eprintln!(
-        "reported lost {:?} after the new master was named",
-        named.elapsed()
-    );
-}
-
-/// The same with the default 30 s lease, the replicas' links cut so that they certainly miss
-/// the grant (a frozen replica still finds the stream in its socket on thaw): the holder learns
-/// within seconds of the new master being named, not at its next renewal 10 s away, because
-/// the client's move to the new master makes the watchdog re-check every hold there.
+/// A grant that never reached a replica is gone after a failover. The replicas' links are cut
+/// so that they certainly miss it (a frozen replica alone still finds the stream in its socket
+/// on thaw). With the default 30 s lease the holder still learns within seconds of the new
+/// master being named, not at its next renewal 10 s away, because the client's move to the new
+/// master makes the watchdog re-check every hold there. (It replaces a test that froze the
+/// replicas only and held a 1.5 s lease, whose grant could reach the replicas after all.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_lost_in_a_failover_is_known_lost_soon_after_the_new_master_is_named() {
     let mut setup = RedisSentinels::start().await;
