@@ -68,8 +68,7 @@ async fn handovers_among_one_clients_owners_never_overlap_even_when_cancelled() 
     let checker = Arc::new(Checker::default());
     let mut tasks = Vec::new();
     for h in 0..HANDLES {
-        let client = client.clone();
-        let mut lock = client.get_lock("handed-around");
+        let lock = client.get_lock("handed-around");
         let checker = checker.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = 0;
@@ -90,11 +89,11 @@ async fn handovers_among_one_clients_owners_never_overlap_even_when_cancelled() 
                 checker.exit(guard.fencing_token(), start);
                 done += 1;
                 if (h + round).is_multiple_of(11) {
-                    // A release given up mid-flight: it finishes in the background. Until it
-                    // has, locking through the same owner would be reentrant (same token), so
-                    // go on as a new owner.
+                    // A release given up mid-flight: it finishes in the background. The task's
+                    // next acquire runs after it (the guard locked the owner's hold count when
+                    // it gave its hold back), so it is a new hold with a new token, never one
+                    // more hold of the hold being given back.
                     let _ = tokio::time::timeout(Duration::from_micros(50), guard.unlock()).await;
-                    lock = client.get_lock("handed-around");
                 } else {
                     guard.unlock().await.unwrap();
                 }

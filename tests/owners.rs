@@ -361,6 +361,41 @@ async fn a_task_that_ends_while_holding_frees_the_lock() {
     );
 }
 
+/// A hold given back is gone before the same task's next acquire runs, however it was given
+/// back: an unlock awaited, an unlock cancelled at its first poll (it finishes in the
+/// background), a dropped guard. The next acquire is a new hold with a new token, never one
+/// more hold of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_given_back_is_never_reentered_by_the_next_acquire() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("given-back");
+    let mut last = 0;
+    for round in 0..300 {
+        let guard = lock.lock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "round {round}");
+        assert!(
+            guard.fencing_token() > last,
+            "round {round}: a token repeated"
+        );
+        last = guard.fencing_token();
+        match round % 3 {
+            0 => guard.unlock().await.unwrap(),
+            1 => {
+                let _ = tokio::time::timeout(Duration::ZERO, guard.unlock()).await;
+            }
+            _ => drop(guard),
+        }
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !lock.is_locked().await.unwrap()
+        })
+        .await,
+        "every hold was given back"
+    );
+}
+
 /// Plain threads (and `spawn_blocking`) driving one shared handle with `block_on` are separate
 /// owners too: the thread stands for the task outside any task.
 #[test]

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::lease::Lease;
-use crate::lock::holder::Holder;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::lock::holder::{Holder, Holds};
 
 /// One hold of a lock. Returned by every acquire; `'static` and `Send`, so it can move into a
 /// task.
@@ -17,7 +19,8 @@ use crate::lock::holder::Holder;
 /// wherever the guard is dropped: in any runtime, during a runtime's shutdown, or on a plain thread
 /// (best effort, failures are logged with `tracing`; the lease TTL frees the lock if the release
 /// cannot be sent). Only while the process tears down may that thread be gone: a warning then
-/// names the lock, and its lease frees it.
+/// names the lock, and its lease frees it. The owner's next acquire of the name runs after that
+/// release, so it takes a new hold with a new token.
 ///
 /// # Examples
 ///
@@ -71,7 +74,8 @@ impl LockGuard {
     ///
     /// Cancel safe: renewal stops at the first poll, and if the future is dropped before the
     /// release completes, the release finishes in the background (it is idempotent, so a
-    /// release already sent is not applied twice).
+    /// release already sent is not applied twice). The owner's next acquire waits for that
+    /// release, so it is a new hold with a new token, not one more hold of this one.
     ///
     /// # Examples
     ///
@@ -88,11 +92,19 @@ impl LockGuard {
             holder: self.holder.clone(),
             lease: self.lease.clone(),
             request_id: self.holder.inner().owners.next_request_id(),
+            holds: self.holder.holds().clone().try_lock_owned().ok(),
             done: false,
+        };
+        let holds = match &mut release.holds {
+            Some(holds) => holds,
+            // Another operation of the owner is under way: the release goes after it.
+            None => release
+                .holds
+                .insert(release.holder.holds().clone().lock_owned().await),
         };
         let result = release
             .holder
-            .release(&release.lease, &release.request_id, false)
+            .release(holds, &release.lease, &release.request_id, false)
             .await;
         release.done = true;
         result
@@ -199,17 +211,34 @@ impl Drop for LockGuard {
         }
         self.holder.guard_gone(&self.lease, self.renewed);
         let request_id = self.holder.inner().owners.next_request_id();
-        spawn_release(&self.holder, &self.lease, request_id, false);
+        let holds = self.holder.holds().clone().try_lock_owned().ok();
+        spawn_release(&self.holder, &self.lease, request_id, false, holds);
     }
 }
 
 /// Sends a release from a background task on the client's thread; failures are logged.
-/// `resend`: an earlier send of the same request may have run.
-fn spawn_release(holder: &Holder, lease: &Arc<Lease>, request_id: String, resend: bool) {
+/// `resend`: an earlier send of the same request may have run. `holds`: the owner's hold count,
+/// when the caller could lock it at once.
+///
+/// A guard locks its owner's hold count when it gives its hold back, before anything awaits,
+/// and the lock passes on to the background release: the owner's next acquire then runs after
+/// the release, so it never counts as one more hold of the hold being given back (sharing its
+/// token) unless another operation of the owner had the count locked at that moment.
+fn spawn_release(
+    holder: &Holder,
+    lease: &Arc<Lease>,
+    request_id: String,
+    resend: bool,
+    holds: Option<OwnedMutexGuard<Holds>>,
+) {
     let (holder, lease) = (holder.clone(), lease.clone());
     let inner = holder.handle.core.clone();
     inner.spawn_release(holder.name().to_owned(), async move {
-        if let Err(e) = holder.release(&lease, &request_id, resend).await {
+        let mut holds = match holds {
+            Some(holds) => holds,
+            None => holder.holds().clone().lock_owned().await,
+        };
+        if let Err(e) = holder.release(&mut holds, &lease, &request_id, resend).await {
             tracing::warn!(lock = %holder.name(), error = %e, "background release failed; the lease frees the lock");
         }
     });
@@ -220,6 +249,9 @@ struct PendingRelease {
     holder: Holder,
     lease: Arc<Lease>,
     request_id: String,
+    /// The owner's hold count, locked from the start of the release to its end, in the
+    /// background too when the unlock is cancelled.
+    holds: Option<OwnedMutexGuard<Holds>>,
     done: bool,
 }
 
@@ -230,7 +262,13 @@ impl Drop for PendingRelease {
         }
         // The cancelled send may have run: this one is a resend of the same request.
         let request_id = std::mem::take(&mut self.request_id);
-        spawn_release(&self.holder, &self.lease, request_id, true);
+        spawn_release(
+            &self.holder,
+            &self.lease,
+            request_id,
+            true,
+            self.holds.take(),
+        );
     }
 }
 

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::Handle;
-use crate::lock::holder::{Holder, LeaseMode};
+use crate::lock::holder::{Holder, Holds, LeaseMode};
 use crate::observe::{Acquire, Labels, Release};
 
 impl Handle {
@@ -36,6 +36,7 @@ impl Holder {
     /// Gives back one hold of `lease`, in a `ferrisson.release` span.
     pub(crate) async fn release(
         &self,
+        holds: &mut Holds,
         lease: &Arc<Lease>,
         request_id: &str,
         resend: bool,
@@ -46,7 +47,7 @@ impl Holder {
             self.name(),
             lease.token(),
         );
-        let release = self.release_observed(lease, request_id, resend);
+        let release = self.release_observed(holds, lease, request_id, resend);
         let result = release.instrument(observed.span()).await;
         observed.finish(result)
     }

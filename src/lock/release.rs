@@ -16,14 +16,15 @@ use crate::lock::owner::Owner;
 use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 
 impl Holder {
-    /// Gives back one hold of `lease`.
+    /// Gives back one hold of `lease`; `holds` is the owner's hold count on this side, locked
+    /// by the caller.
     pub(crate) async fn release_observed(
         &self,
+        holds: &mut Holds,
         lease: &Arc<Lease>,
         request_id: &str,
         resend: bool,
     ) -> Result<()> {
-        let mut holds = self.holds().clone().lock_owned().await;
         let current = holds.lease.as_ref().is_some_and(|l| Arc::ptr_eq(l, lease));
         if !current || holds.count == 0 {
             return Err(self.lost());
@@ -75,7 +76,7 @@ impl Holder {
                 holds.count = 0;
                 if let Err(e) = repaired {
                     tracing::warn!(lock = %self.name(), error = %e, "could not drop a stray hold; retrying in the background");
-                    self.taint(&mut holds, lease.lease_ms());
+                    self.taint(holds, lease.lease_ms());
                 }
                 Ok(())
             }
@@ -99,7 +100,7 @@ impl Holder {
                 if e.outcome_unknown() {
                     // The release may or may not have run, or may still run late: the server
                     // may still count the hold.
-                    self.taint(&mut holds, lease.lease_ms());
+                    self.taint(holds, lease.lease_ms());
                 }
                 Err(e)
             }
