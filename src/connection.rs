@@ -234,6 +234,19 @@ impl Connection {
         self.changes.send_modify(|n| *n += 1);
     }
 
+    /// A call found the server away or silent. One server's connection is given up (a timeout
+    /// keeps a connection redis-rs would retry on: a host gone without a reset), so the next
+    /// call opens a new one; a cluster's nodes redis-rs reconnects by itself, following each
+    /// slot to its new master. Either way whatever the client holds there may be gone: a change
+    /// (see [`changes`](Self::changes)).
+    pub(crate) fn suspect(&self) {
+        if self.target.is_cluster() {
+            self.changes.send_modify(|n| *n += 1);
+        } else {
+            self.reopen();
+        }
+    }
+
     /// The target connections go to.
     pub(crate) fn target(&self) -> &Target {
         &self.target

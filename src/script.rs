@@ -349,6 +349,12 @@ impl Executor {
         self.conn.reopen();
     }
 
+    /// A call found a server away or silent, or a cluster's masters changed (see
+    /// [`Connection::suspect`]).
+    pub(crate) fn suspect(&self) {
+        self.conn.suspect();
+    }
+
     /// Changes whenever the command connection dropped, was given up or was opened again (see
     /// [`Connection::changes`]).
     pub(crate) fn connection_changes(&self) -> tokio::sync::watch::Receiver<u64> {

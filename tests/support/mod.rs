@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod chaos;
 pub mod checker;
 pub mod cluster;
 pub mod elsewhere;

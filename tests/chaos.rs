@@ -1,0 +1,374 @@
+//! Chaos: contenders on three clients loop lock/unlock on one lock while its master is killed,
+//! on a Sentinel setup and on a Cluster.
+//!
+//! - Replicas cut off first (frozen, and their links dropped by the master, so they certainly
+//!   miss what follows: a frozen replica alone still finds the stream in its socket on thaw):
+//!   the promoted replica never saw the last grants nor the counter they raised, and still no
+//!   token is handed out twice and tokens rise in grant order (they start at the server clock).
+//! - Every grant synced to every replica (`sync_replicas`): the promoted replica has every
+//!   grant a contender was told of, so no two holds whose unlock found them overlap either.
+//!
+//! And a Cluster failover that loses grants of every kind: each next token is above the lost
+//! ones, and the lost holds are known lost within 3 s of the promotion although their 30 s
+//! leases are not due for renewal (the heartbeat reaches every master).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ferrisson::{Client, ClientBuilder};
+use redis::aio::MultiplexedConnection;
+use support::chaos::{self, Chaos};
+use support::cluster::RedisCluster;
+use support::sentinel::RedisSentinels;
+
+const NAME: &str = "chaos:lock";
+/// A key of [`NAME`]'s slot, written only while the replicas are cut off.
+const MARKER: &str = "{chaos:lock}:written-while-cut";
+
+async fn clients(builder: impl Fn() -> ClientBuilder) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let built = builder()
+            .connection_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_millis(500))
+            .recheck_interval(Duration::from_millis(200))
+            // A hold whose release the dead master never passed on blocks the lock until its
+            // lease runs out: keep that short.
+            .watchdog_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("a client");
+        clients.push(built);
+    }
+    clients
+}
+
+async fn query<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, cmd: &redis::Cmd) -> T {
+    cmd.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Makes `master` drop its replicas' links (they are frozen already) and keep taking writes,
+/// then writes [`MARKER`] there.
+async fn cut_off(master: &mut MultiplexedConnection) {
+    let _: () = query(
+        master,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("min-replicas-to-write")
+            .arg(0),
+    )
+    .await;
+    let _: i64 = query(
+        master,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+    )
+    .await;
+    let _: () = query(master, redis::cmd("SET").arg(MARKER).arg(1)).await;
+}
+
+/// Asserts the new master never got [`MARKER`]: it missed what the old one did while cut off.
+async fn assert_missed(new_master: &mut MultiplexedConnection) {
+    let marker: Option<String> = query(new_master, redis::cmd("GET").arg(MARKER)).await;
+    assert!(
+        marker.is_none(),
+        "the promoted replica got what was written while it was cut off"
+    );
+}
+
+fn check(grants: &[chaos::Grant], killed: Instant, resumed: Instant, synced: bool) {
+    let (before, after) = chaos::grants_on_both_sides(grants, killed, resumed);
+    eprintln!("{before} grants before the kill, {after} after the failover");
+    chaos::assert_tokens_unique_and_rising(grants);
+    if synced {
+        chaos::assert_released_holds_never_overlap(grants);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_to_a_replica_cut_off_never_repeats_a_token() {
+    let mut setup = RedisSentinels::start().await;
+    let clients =
+        clients(|| Client::builder().sentinel(setup.master_name(), setup.sentinel_urls())).await;
+    let chaos = Chaos::start(&clients, NAME, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let master = setup.master_port().await;
+    let replicas: Vec<u16> = setup
+        .data_ports()
+        .into_iter()
+        .filter(|p| *p != master)
+        .collect();
+    for port in &replicas {
+        setup.pause(*port);
+    }
+    cut_off(&mut setup.raw_master().await).await;
+    let cut = chaos.grants();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        chaos.grants() > cut,
+        "no grant while the replicas were cut off"
+    );
+    let old = setup.kill_master().await;
+    let killed = Instant::now();
+    for port in &replicas {
+        setup.resume(*port);
+    }
+    let (new, took) = setup.wait_new_master(old).await;
+    let named = Instant::now();
+    eprintln!("master {old} killed; {new} named after {took:?}");
+    assert_missed(&mut setup.raw_master().await).await;
+    chaos
+        .wait_grants_after(named, 20, Duration::from_secs(15))
+        .await;
+    check(&chaos.stop().await, killed, named, false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_with_every_grant_synced_keeps_released_holds_apart() {
+    let mut setup = RedisSentinels::start().await;
+    let clients = clients(|| {
+        Client::builder()
+            .sentinel(setup.master_name(), setup.sentinel_urls())
+            .sync_replicas(2, Duration::from_millis(500))
+    })
+    .await;
+    let chaos = Chaos::start(&clients, NAME, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old = setup.kill_master().await;
+    let killed = Instant::now();
+    let (new, took) = setup.wait_new_master(old).await;
+    eprintln!("master {old} killed; {new} named after {took:?}");
+    // Grants need both replicas again: the killed master comes back as one.
+    setup.restart_node(old).await;
+    let back = Instant::now();
+    chaos
+        .wait_grants_after(back, 20, Duration::from_secs(15))
+        .await;
+    check(&chaos.stop().await, killed, back, true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_to_a_replica_cut_off_never_repeats_a_token() {
+    let mut cluster = RedisCluster::start().await;
+    let seeds = cluster.seed_urls();
+    let clients = clients(|| Client::builder().cluster(seeds.clone())).await;
+    let chaos = Chaos::start(&clients, NAME, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let master = cluster.master_for_key(NAME).await;
+    let replicas = cluster.replicas_for_key(NAME).await;
+    for port in &replicas {
+        cluster.pause(*port);
+    }
+    cut_off(&mut cluster.raw_node(master).await).await;
+    let cut = chaos.grants();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        chaos.grants() > cut,
+        "no grant while the replicas were cut off"
+    );
+    let killed_port = cluster.kill_master_of(NAME).await;
+    let killed = Instant::now();
+    for port in &replicas {
+        cluster.resume(*port);
+    }
+    let (promoted, took) = cluster.wait_promoted(killed_port).await;
+    let named = Instant::now();
+    eprintln!("master {killed_port} killed; {promoted} promoted after {took:?}");
+    assert_missed(&mut cluster.raw_node(promoted).await).await;
+    chaos
+        .wait_grants_after(named, 20, Duration::from_secs(15))
+        .await;
+    check(&chaos.stop().await, killed, named, false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_with_every_grant_synced_keeps_released_holds_apart() {
+    let mut cluster = RedisCluster::start().await;
+    let seeds = cluster.seed_urls();
+    let clients = clients(|| {
+        Client::builder()
+            .cluster(seeds.clone())
+            .sync_replicas(1, Duration::from_millis(500))
+    })
+    .await;
+    let chaos = Chaos::start(&clients, NAME, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_port = cluster.kill_master_of(NAME).await;
+    let killed = Instant::now();
+    let (promoted, took) = cluster.wait_promoted(killed_port).await;
+    eprintln!("master {killed_port} killed; {promoted} promoted after {took:?}");
+    // Grants need a replica again: the killed master comes back as one.
+    cluster.restart_node(killed_port).await;
+    let back = Instant::now();
+    chaos
+        .wait_grants_after(back, 20, Duration::from_secs(15))
+        .await;
+    check(&chaos.stop().await, killed, back, true);
+}
+
+/// A Cluster failover to a replica that missed the last grants, one of every kind with a
+/// token, all held: every hold with a renewed lease is known lost within 3 s of the promotion
+/// (30 s leases: no renewal is due), and each kind's next token is above every lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_token() {
+    let mut cluster = RedisCluster::start().await;
+    let client = Client::builder()
+        .cluster(cluster.seed_urls())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let name = |kind: &str| format!("{{lost}}:{kind}");
+    let master = cluster.master_for_key(&name("plain")).await;
+    let replicas = cluster.replicas_for_key(&name("plain")).await;
+    for port in &replicas {
+        cluster.pause(*port);
+    }
+    let mut raw = cluster.raw_node(master).await;
+    let _: i64 = query(
+        &mut raw,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+    )
+    .await;
+
+    let mut held = Vec::new();
+    held.push((
+        "plain",
+        client.get_lock(&name("plain")).lock().await.unwrap(),
+    ));
+    held.push((
+        "fenced",
+        client
+            .get_fenced_lock(&name("fenced"))
+            .lock_and_get_token()
+            .await
+            .unwrap()
+            .1,
+    ));
+    held.push((
+        "fair",
+        client.get_fair_lock(&name("fair")).lock().await.unwrap(),
+    ));
+    held.push((
+        "read",
+        client
+            .get_read_write_lock(&name("read"))
+            .read_lock()
+            .lock()
+            .await
+            .unwrap(),
+    ));
+    held.push((
+        "write",
+        client
+            .get_read_write_lock(&name("write"))
+            .write_lock()
+            .lock()
+            .await
+            .unwrap(),
+    ));
+    held.push((
+        "mutex",
+        client.get_mutex(&name("mutex")).lock().await.unwrap(),
+    ));
+    let permits = client.get_permit_expirable_semaphore(&name("permits"));
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let permit = permits.acquire().await.unwrap();
+    let highest = held
+        .iter()
+        .map(|(_, g)| g.fencing_token())
+        .chain([permit.fencing_token()])
+        .max()
+        .unwrap();
+
+    let killed = cluster.kill_master_of(&name("plain")).await;
+    for port in &replicas {
+        cluster.resume(*port);
+    }
+    let (promoted, took) = cluster.wait_promoted(killed).await;
+    let named = Instant::now();
+    eprintln!("master {killed} killed; {promoted} promoted after {took:?}");
+    let mut raw = cluster.raw_node(promoted).await;
+    let exists: i64 = query(&mut raw, redis::cmd("EXISTS").arg(name("plain"))).await;
+    assert_eq!(exists, 0, "the promoted replica never got the grants");
+
+    for (kind, guard) in &held {
+        tokio::time::timeout(
+            Duration::from_secs(3).saturating_sub(named.elapsed()),
+            guard.lost(),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{kind}: the vanished hold is not known lost 3 s after the promotion")
+        });
+    }
+    eprintln!(
+        "every hold known lost {:?} after the promotion",
+        named.elapsed()
+    );
+
+    let mut after = vec![
+        (
+            "plain",
+            client.get_lock(&name("plain")).lock().await.unwrap(),
+        ),
+        (
+            "fenced",
+            client
+                .get_fenced_lock(&name("fenced"))
+                .lock_and_get_token()
+                .await
+                .unwrap()
+                .1,
+        ),
+        (
+            "fair",
+            client.get_fair_lock(&name("fair")).lock().await.unwrap(),
+        ),
+    ];
+    after.push((
+        "read",
+        client
+            .get_read_write_lock(&name("read"))
+            .read_lock()
+            .lock()
+            .await
+            .unwrap(),
+    ));
+    after.push((
+        "write",
+        client
+            .get_read_write_lock(&name("write"))
+            .write_lock()
+            .lock()
+            .await
+            .unwrap(),
+    ));
+    after.push((
+        "mutex",
+        client.get_mutex(&name("mutex")).lock().await.unwrap(),
+    ));
+    for (kind, guard) in &after {
+        assert!(
+            guard.fencing_token() > highest,
+            "{kind}: token {} after the failover, not above {highest}",
+            guard.fencing_token()
+        );
+    }
+    // The permits were set on the old master only: set them again on the new one.
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let next = permits.acquire().await.unwrap();
+    assert!(next.fencing_token() > highest, "permit token repeated");
+    drop(permit);
+    for (_, guard) in held {
+        drop(guard);
+    }
+    for (_, guard) in after {
+        guard.unlock().await.unwrap();
+    }
+    next.release().await.unwrap();
+}
