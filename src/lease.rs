@@ -42,8 +42,9 @@ pub(crate) struct Guards {
     pub(crate) live: usize,
     /// Live guards whose grant asked for watchdog renewal.
     pub(crate) renewed: usize,
-    /// The watchdog registration renewing this lease, if any.
-    pub(crate) renewal: Option<u64>,
+    /// The watchdog registration keeping this lease, and how: renewed while a live guard wants
+    /// it renewed, else only re-checked after connection changes while any guard lives.
+    pub(crate) watch: Option<(u64, crate::watchdog::Watch)>,
 }
 
 impl Lease {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ferrisson::{Client, ClientBuilder};
 use redis::aio::MultiplexedConnection;
-use support::chaos::{self, Chaos};
+use support::chaos::{self, Chaos, EveryKind};
 use support::cluster::RedisCluster;
 use support::sentinel::RedisSentinels;
 
@@ -209,8 +209,8 @@ async fn cluster_failover_with_every_grant_synced_keeps_released_holds_apart() {
 }
 
 /// A Cluster failover to a replica that missed the last grants, one of every kind with a
-/// token, all held: every hold with a renewed lease is known lost within 3 s of the promotion
-/// (30 s leases: no renewal is due), and each kind's next token is above every lost one.
+/// token, all held: every hold is known lost within 3 s of the promotion (30 s leases: no
+/// renewal is due), and each kind's next token is above every lost one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_token() {
     let mut cluster = RedisCluster::start().await;
@@ -222,9 +222,8 @@ async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_tok
         .build()
         .await
         .unwrap();
-    let name = |kind: &str| format!("{{lost}}:{kind}");
-    let master = cluster.master_for_key(&name("plain")).await;
-    let replicas = cluster.replicas_for_key(&name("plain")).await;
+    let master = cluster.master_for_key("{lost}").await;
+    let replicas = cluster.replicas_for_key("{lost}").await;
     for port in &replicas {
         cluster.pause(*port);
     }
@@ -234,58 +233,9 @@ async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_tok
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
     )
     .await;
+    let held = EveryKind::hold(&client, "{lost}").await;
 
-    let mut held = Vec::new();
-    held.push((
-        "plain",
-        client.get_lock(&name("plain")).lock().await.unwrap(),
-    ));
-    held.push((
-        "fenced",
-        client
-            .get_fenced_lock(&name("fenced"))
-            .lock_and_get_token()
-            .await
-            .unwrap()
-            .1,
-    ));
-    held.push((
-        "fair",
-        client.get_fair_lock(&name("fair")).lock().await.unwrap(),
-    ));
-    held.push((
-        "read",
-        client
-            .get_read_write_lock(&name("read"))
-            .read_lock()
-            .lock()
-            .await
-            .unwrap(),
-    ));
-    held.push((
-        "write",
-        client
-            .get_read_write_lock(&name("write"))
-            .write_lock()
-            .lock()
-            .await
-            .unwrap(),
-    ));
-    held.push((
-        "mutex",
-        client.get_mutex(&name("mutex")).lock().await.unwrap(),
-    ));
-    let permits = client.get_permit_expirable_semaphore(&name("permits"));
-    assert!(permits.try_set_permits(1).await.unwrap());
-    let permit = permits.acquire().await.unwrap();
-    let highest = held
-        .iter()
-        .map(|(_, g)| g.fencing_token())
-        .chain([permit.fencing_token()])
-        .max()
-        .unwrap();
-
-    let killed = cluster.kill_master_of(&name("plain")).await;
+    let killed = cluster.kill_master_of("{lost}").await;
     for port in &replicas {
         cluster.resume(*port);
     }
@@ -293,82 +243,13 @@ async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_tok
     let named = Instant::now();
     eprintln!("master {killed} killed; {promoted} promoted after {took:?}");
     let mut raw = cluster.raw_node(promoted).await;
-    let exists: i64 = query(&mut raw, redis::cmd("EXISTS").arg(name("plain"))).await;
+    let exists: i64 = query(&mut raw, redis::cmd("EXISTS").arg("{lost}:plain")).await;
     assert_eq!(exists, 0, "the promoted replica never got the grants");
-
-    for (kind, guard) in &held {
-        tokio::time::timeout(
-            Duration::from_secs(3).saturating_sub(named.elapsed()),
-            guard.lost(),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            panic!("{kind}: the vanished hold is not known lost 3 s after the promotion")
-        });
-    }
+    held.assert_lost_by(named + Duration::from_secs(3)).await;
     eprintln!(
         "every hold known lost {:?} after the promotion",
         named.elapsed()
     );
-
-    let mut after = vec![
-        (
-            "plain",
-            client.get_lock(&name("plain")).lock().await.unwrap(),
-        ),
-        (
-            "fenced",
-            client
-                .get_fenced_lock(&name("fenced"))
-                .lock_and_get_token()
-                .await
-                .unwrap()
-                .1,
-        ),
-        (
-            "fair",
-            client.get_fair_lock(&name("fair")).lock().await.unwrap(),
-        ),
-    ];
-    after.push((
-        "read",
-        client
-            .get_read_write_lock(&name("read"))
-            .read_lock()
-            .lock()
-            .await
-            .unwrap(),
-    ));
-    after.push((
-        "write",
-        client
-            .get_read_write_lock(&name("write"))
-            .write_lock()
-            .lock()
-            .await
-            .unwrap(),
-    ));
-    after.push((
-        "mutex",
-        client.get_mutex(&name("mutex")).lock().await.unwrap(),
-    ));
-    for (kind, guard) in &after {
-        assert!(
-            guard.fencing_token() > highest,
-            "{kind}: token {} after the failover, not above {highest}",
-            guard.fencing_token()
-        );
-    }
-    // The permits were set on the old master only: set them again on the new one.
-    assert!(permits.try_set_permits(1).await.unwrap());
-    let next = permits.acquire().await.unwrap();
-    assert!(next.fencing_token() > highest, "permit token repeated");
-    drop(permit);
-    for (_, guard) in held {
-        drop(guard);
-    }
-    for (_, guard) in after {
-        guard.unlock().await.unwrap();
-    }
-    next.release().await.unwrap();
+    // The semaphore's permit count was set on the old master only: hold() sets it again.
+    held.assert_next_tokens_above(&client, "{lost}").await;
 }

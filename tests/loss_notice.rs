@@ -111,3 +111,123 @@ async fn a_dropped_connection_renews_every_hold_at_once_and_loses_none() {
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
+
+/// Holds with a fixed lease are never renewed, but the watchdog re-checks them with the renewed
+/// ones: a restart marks them lost at once too, not at their lease's end a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_marks_fixed_lease_holds_lost_at_once_too() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let lease = Some(Duration::from_secs(60));
+    let now = Duration::ZERO;
+    let rw = client.get_read_write_lock("fixed:rw");
+    let guards = [
+        (
+            "plain",
+            client
+                .get_lock("fixed:plain")
+                .lock_with_lease(Duration::from_secs(60))
+                .await
+                .unwrap(),
+        ),
+        (
+            "fair",
+            client
+                .get_fair_lock("fixed:fair")
+                .try_lock_for(now, lease)
+                .await
+                .unwrap()
+                .unwrap(),
+        ),
+        (
+            "read",
+            rw.read_lock()
+                .try_lock_for(now, lease)
+                .await
+                .unwrap()
+                .unwrap(),
+        ),
+        (
+            "write",
+            client
+                .get_read_write_lock("fixed:rw2")
+                .write_lock()
+                .try_lock_for(now, lease)
+                .await
+                .unwrap()
+                .unwrap(),
+        ),
+        (
+            "mutex",
+            client
+                .get_mutex("fixed:mutex")
+                .lock_with_lease(Duration::from_secs(60))
+                .await
+                .unwrap(),
+        ),
+    ];
+    let permits = client.get_permit_expirable_semaphore("fixed:permits");
+    permits.try_set_permits(2).await.unwrap();
+    let permit = permits
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    // A renewed permit turned into a fixed one is re-checked too.
+    let updated = permits.acquire().await.unwrap();
+    updated.update_lease(Duration::from_secs(60)).await.unwrap();
+
+    server.restart();
+    let back = Instant::now();
+    for (what, guard) in &guards {
+        assert!(
+            tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), guard.lost())
+                .await
+                .is_ok(),
+            "{what}: a fixed-lease hold not told within {NOTICE:?} that the server lost it"
+        );
+    }
+    for (what, permit) in [("permit", &permit), ("updated permit", &updated)] {
+        assert!(
+            tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), permit.lost())
+                .await
+                .is_ok(),
+            "{what}: not told within {NOTICE:?}"
+        );
+    }
+    eprintln!(
+        "every fixed-lease hold known lost {:?} after the restart",
+        back.elapsed()
+    );
+}
+
+/// The re-check of a fixed-lease hold only reads: after a dropped connection the hold keeps
+/// the TTL it had, and is not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_leaves_a_fixed_lease_as_it_was() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("fixed:kept");
+    let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let mut raw = server.raw().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "the client's connection was killed");
+    // Time for the heartbeat to find the connection gone and the re-check to run.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let ttl: i64 = raw.pttl("fixed:kept").await.unwrap();
+    assert!(
+        ttl > 0 && ttl <= 17_000,
+        "the fixed lease was extended: {ttl} ms left"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::core::Core;
 use crate::error::{Error, Result};
+use crate::lease::Guards;
 use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::Handle;
@@ -27,7 +28,8 @@ pub(crate) use crate::lock::ops::LockOps;
 use crate::lock::owner::Owner;
 use crate::lock::replies::{Acquired, run_acquire};
 use crate::lock::wait::{self, Attempt};
-use crate::watchdog::Renewal;
+use crate::observe::Labels;
+use crate::watchdog::{Renewal, Watch};
 
 /// When and how an acquire was sent.
 #[derive(Debug, Clone, Copy)]
@@ -369,41 +371,59 @@ impl Holder {
         crate::observe::lock_hold_began(&labels, guards.live);
         if renewed {
             guards.renewed += 1;
-            if guards.renewal.is_none() {
-                guards.renewal = Some(self.inner().watchdog.register(Renewal {
-                    target: self.ops().renewal(&self.owner),
-                    labels,
-                    lease: lease.clone(),
-                }));
-            }
         }
+        self.keep_watch(&lease, &mut guards, labels);
         drop(guards);
         LockGuard::new(self.clone(), lease, renewed)
     }
 
-    /// A guard of `lease` is gone (unlocked or dropped). The last watchdog-held one stops the
-    /// renewal, before its release is sent: holds with a fixed lease are never renewed.
-    pub(crate) fn guard_gone(&self, lease: &Lease, renewed: bool) {
-        {
-            let mut guards = lease.guards();
-            guards.live = guards.live.saturating_sub(1);
-            crate::observe::lock_hold_ended(&self.labels(), guards.live, lease.granted_at());
+    /// Keeps `lease`'s watchdog registration in line with its guards: renewed while a guard
+    /// wants it renewed, else re-checked after connection changes while any guard lives (a
+    /// fixed lease), else none.
+    fn keep_watch(&self, lease: &Arc<Lease>, guards: &mut Guards, labels: Labels) {
+        let wanted = if guards.renewed > 0 {
+            Some(Watch::Renew)
+        } else if guards.live > 0 {
+            Some(Watch::Check)
+        } else {
+            None
+        };
+        if guards.watch.map(|(_, how)| how) == wanted {
+            return;
         }
-        if renewed {
-            self.renewing_guard_gone(lease);
+        let watchdog = &self.inner().watchdog;
+        if let Some((id, _)) = guards.watch.take() {
+            watchdog.deregister(id);
+        }
+        if let Some(how) = wanted {
+            let renewal = Renewal {
+                target: self.ops().renewal(&self.owner),
+                labels,
+                lease: lease.clone(),
+            };
+            guards.watch = Some((watchdog.watch(renewal, how), how));
         }
     }
 
-    /// One guard of `lease` no longer wants it renewed; the last one stops the renewal.
-    /// Returns whether other guards still want it.
-    fn renewing_guard_gone(&self, lease: &Lease) -> bool {
+    /// A guard of `lease` is gone (unlocked or dropped). The last watchdog-held one stops the
+    /// renewal, before its release is sent: holds with a fixed lease are never renewed.
+    pub(crate) fn guard_gone(&self, lease: &Arc<Lease>, renewed: bool) {
+        let labels = self.labels();
+        let mut guards = lease.guards();
+        guards.live = guards.live.saturating_sub(1);
+        crate::observe::lock_hold_ended(&labels, guards.live, lease.granted_at());
+        if renewed {
+            guards.renewed = guards.renewed.saturating_sub(1);
+        }
+        self.keep_watch(lease, &mut guards, labels);
+    }
+
+    /// One guard of `lease` no longer wants it renewed: the last one stops the renewal (the
+    /// hold is then only re-checked). Returns whether other guards still want it.
+    fn renewing_guard_gone(&self, lease: &Arc<Lease>) -> bool {
         let mut guards = lease.guards();
         guards.renewed = guards.renewed.saturating_sub(1);
-        if guards.renewed == 0
-            && let Some(id) = guards.renewal.take()
-        {
-            self.inner().watchdog.deregister(id);
-        }
+        self.keep_watch(lease, &mut guards, self.labels());
         guards.renewed > 0
     }
 
@@ -411,7 +431,7 @@ impl Holder {
     /// (unless other guards of the same hold still want it renewed: then it is only checked),
     /// and checks on the server that the owner still holds it. `Ok(false)`, with the lease
     /// marked lost, when it does not.
-    pub(crate) async fn fix_lease(&self, lease: &Lease, lease_ms: u64) -> Result<bool> {
+    pub(crate) async fn fix_lease(&self, lease: &Arc<Lease>, lease_ms: u64) -> Result<bool> {
         let still_renewed = self.renewing_guard_gone(lease);
         let ttl_ms = if still_renewed {
             self.lease_ms(LeaseMode::Watchdog)

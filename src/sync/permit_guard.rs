@@ -11,7 +11,7 @@ use super::permits::Shared;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::observe::{Held, Release};
-use crate::watchdog::{RenewTarget, Renewal};
+use crate::watchdog::{RenewTarget, Renewal, Watch};
 
 /// What a guard stands for: its permits, their lease and their renewal.
 #[derive(Debug)]
@@ -20,7 +20,8 @@ pub(crate) struct Permits {
     ids: Vec<String>,
     lease: Arc<Lease>,
     target: RenewTarget,
-    /// The watchdog registration renewing the permits, while there is one.
+    /// The watchdog registration renewing the permits (or, with a fixed lease, re-checking them
+    /// after connection changes), while there is one.
     renewal: Mutex<Option<u64>>,
     /// Counts the permits as held until the guard is released or dropped.
     held: Held,
@@ -41,19 +42,21 @@ impl Permits {
             ids: ids.join(" ").into(),
         };
         let labels = shared.inner().observe.labels("permit", &shared.name);
-        let renewal = renewed.then(|| {
-            shared.inner().watchdog.register(Renewal {
+        let how = if renewed { Watch::Renew } else { Watch::Check };
+        let renewal = shared.inner().watchdog.watch(
+            Renewal {
                 target: target.clone(),
                 lease: lease.clone(),
                 labels: labels.clone(),
-            })
-        });
+            },
+            how,
+        );
         Permits {
             shared,
             ids,
             lease,
             target,
-            renewal: Mutex::new(renewal),
+            renewal: Mutex::new(Some(renewal)),
             held: Held::began(&labels),
         }
     }
@@ -63,6 +66,28 @@ impl Permits {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// After the lease was fixed: the watchdog only re-checks the permits from now on.
+    fn check_from_now(&self) {
+        let renewal = Renewal {
+            target: self.target.clone(),
+            lease: self.lease.clone(),
+            labels: self
+                .shared
+                .inner()
+                .observe
+                .labels("permit", &self.shared.name),
+        };
+        let id = self.shared.inner().watchdog.watch(renewal, Watch::Check);
+        let stale = self
+            .renewal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(id);
+        if let Some(stale) = stale {
+            self.shared.inner().watchdog.deregister(stale);
+        }
     }
 
     fn stop_renewal(&self) {
@@ -261,6 +286,7 @@ impl PermitGuard {
                 if *answer == 2 {
                     permits.lease.mark_revoked();
                 }
+                permits.check_from_now();
                 Ok(())
             }
             Some(missing) => {

@@ -147,3 +147,87 @@ pub fn grants_on_both_sides(grants: &[Grant], before: Instant, after: Instant) -
     );
     (early, late)
 }
+
+/// One hold of every kind with a token, on names `<prefix>:<kind>` (one slot when `prefix` is a
+/// hash tag such as `{lost}`), each with the client's watchdog lease.
+pub struct EveryKind {
+    pub locks: Vec<(&'static str, ferrisson::LockGuard)>,
+    pub permit: ferrisson::PermitGuard,
+}
+
+impl EveryKind {
+    /// Takes one hold of each kind (setting the semaphore to one permit first).
+    pub async fn hold(client: &Client, prefix: &str) -> EveryKind {
+        let name = |kind: &str| format!("{prefix}:{kind}");
+        let mut locks = Vec::new();
+        locks.push((
+            "plain",
+            client.get_lock(&name("plain")).lock().await.unwrap(),
+        ));
+        let fenced = client.get_fenced_lock(&name("fenced"));
+        locks.push(("fenced", fenced.lock_and_get_token().await.unwrap().1));
+        let fair = client.get_fair_lock(&name("fair"));
+        locks.push(("fair", fair.lock().await.unwrap()));
+        let read = client.get_read_write_lock(&name("read")).read_lock();
+        locks.push(("read", read.lock().await.unwrap()));
+        let write = client.get_read_write_lock(&name("write")).write_lock();
+        locks.push(("write", write.lock().await.unwrap()));
+        locks.push((
+            "mutex",
+            client.get_mutex(&name("mutex")).lock().await.unwrap(),
+        ));
+        let permits = client.get_permit_expirable_semaphore(&name("permits"));
+        assert!(permits.try_set_permits(1).await.unwrap(), "permits set");
+        let permit = permits.acquire().await.unwrap();
+        EveryKind { locks, permit }
+    }
+
+    /// The highest token of all the holds.
+    pub fn highest(&self) -> u64 {
+        self.locks
+            .iter()
+            .map(|(_, g)| g.fencing_token())
+            .chain([self.permit.fencing_token()])
+            .max()
+            .unwrap()
+    }
+
+    /// Asserts every hold is known lost by `by`.
+    pub async fn assert_lost_by(&self, by: Instant) {
+        let left = || by.saturating_duration_since(Instant::now());
+        for (kind, guard) in &self.locks {
+            tokio::time::timeout(left(), guard.lost())
+                .await
+                .unwrap_or_else(|_| panic!("{kind}: the vanished hold is not known lost in time"));
+        }
+        tokio::time::timeout(left(), self.permit.lost())
+            .await
+            .expect("permit: the vanished permit is not known lost in time");
+    }
+
+    /// Holds every kind again (the server forgot the first holds) and asserts each new token is
+    /// above every token of `self`; gives everything back.
+    pub async fn assert_next_tokens_above(self, client: &Client, prefix: &str) {
+        let highest = self.highest();
+        let EveryKind { locks, permit } = self;
+        drop(permit);
+        drop(locks);
+        let next = EveryKind::hold(client, prefix).await;
+        for (kind, guard) in &next.locks {
+            assert!(
+                guard.fencing_token() > highest,
+                "{kind}: token {} after the fault, not above {highest}",
+                guard.fencing_token()
+            );
+        }
+        assert!(
+            next.permit.fencing_token() > highest,
+            "permit: token {} after the fault, not above {highest}",
+            next.permit.fencing_token()
+        );
+        for (_, guard) in next.locks {
+            guard.unlock().await.unwrap();
+        }
+        next.permit.release().await.unwrap();
+    }
+}

@@ -19,6 +19,9 @@ use crate::names;
 use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
 use crate::slots::key_slot;
 
+mod check;
+mod heartbeat;
+
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
 pub(crate) const BATCH: usize = 100;
 
@@ -124,7 +127,22 @@ struct Entry {
     renewal: Arc<Renewal>,
     next_due: Instant,
     in_flight: bool,
+    /// A fixed lease: never renewed, only re-checked after a connection change.
+    checked_only: bool,
 }
+
+/// How the watchdog keeps a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// Renewed every third of the watchdog timeout (and re-checked after a connection change).
+    Renew,
+    /// A fixed lease: only re-checked after a connection change.
+    Check,
+}
+
+/// When a checked-only hold is due when no connection change makes it due sooner: never, in
+/// practice (an `Instant` a year ahead stays far from overflowing).
+const NOT_DUE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -161,7 +179,7 @@ impl Watchdog {
     ) -> Self {
         let shared = Arc::new(Shared::default());
         let changes = executor.connection_changes();
-        runtime.spawn(heartbeat(
+        runtime.spawn(heartbeat::heartbeat(
             Arc::downgrade(&shared),
             executor.clone(),
             shutdown.clone(),
@@ -175,15 +193,19 @@ impl Watchdog {
         self.lease
     }
 
-    /// Starts renewing a lease; returns the id that stops it.
-    pub(crate) fn register(&self, renewal: Renewal) -> u64 {
-        // Due a third of the lease after its grant was sent, which is no later than the server
-        // set the TTL (and spares the fast path a clock read).
-        let next_due = renewal.lease.granted_at() + self.lease / 3;
+    /// Starts keeping a hold as `how` says; returns the id that stops it.
+    pub(crate) fn watch(&self, renewal: Renewal, how: Watch) -> u64 {
+        let next_due = match how {
+            // Due a third of the lease after its grant was sent, which is no later than the
+            // server set the TTL (and spares the fast path a clock read).
+            Watch::Renew => renewal.lease.granted_at() + self.lease / 3,
+            Watch::Check => renewal.lease.granted_at() + NOT_DUE,
+        };
         let entry = Entry {
             renewal: Arc::new(renewal),
             next_due,
             in_flight: false,
+            checked_only: how == Watch::Check,
         };
         let mut registry = self.shared.registry();
         let id = registry.next_id;
@@ -216,98 +238,6 @@ impl Watchdog {
             let _ = settled.await;
         }
     }
-}
-
-/// How often the client makes sure its connection still stands while it holds renewed leases.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-
-/// While any lease is renewed, a call every [`HEARTBEAT`], so an idle client learns within about
-/// a second that what it holds may be gone, and the watchdog re-checks every hold (at once, and
-/// every [`RECHECK_RETRY`] until a round gets through). Its own task, so that a server that does
-/// not answer delays no renewal.
-/// - On one server (alone, or a sentinel's master) an empty renewal (the ACL rule the client
-///   needs anyway covers it): when it fails the server restarted or the connection was cut, and
-///   the connection is given up, so the next call opens a new one.
-/// - On a cluster, `CLUSTER SLOTS` (which the redis crate needs anyway): when it fails, or names
-///   other masters than a second before, a master died or a failover happened. A probe sent to
-///   every master would not do: the redis crate leaves a node it cannot reach out of such a call
-///   and answers for the others.
-async fn heartbeat(
-    shared: std::sync::Weak<Shared>,
-    executor: Executor,
-    mut shutdown: watch::Receiver<()>,
-) {
-    let cluster = executor.target().is_cluster();
-    let probe = ScriptCall::new(&LOCK_RENEW).arg(1);
-    let mut slots = redis::cmd("CLUSTER");
-    slots.arg("SLOTS");
-    // The masters a cluster named at the last heartbeat while holding.
-    let mut masters: Option<u64> = None;
-    let mut pause = HEARTBEAT;
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.changed() => return,
-            () = tokio::time::sleep(pause) => {}
-        }
-        let holding = match shared.upgrade() {
-            Some(shared) => !shared.registry().entries.is_empty(),
-            None => return,
-        };
-        if !holding {
-            masters = None;
-            pause = HEARTBEAT;
-            continue;
-        }
-        let beat = if cluster {
-            executor
-                .read::<redis::Value>(&slots, "heartbeat")
-                .await
-                .map(|map| {
-                    let now = masters_digest(&map);
-                    masters.replace(now).is_some_and(|before| before != now)
-                })
-        } else {
-            executor
-                .run::<Vec<i64>>(&probe, "heartbeat")
-                .await
-                .map(|_| false)
-        };
-        pause = match beat {
-            Ok(false) => HEARTBEAT,
-            Ok(true) => {
-                tracing::debug!("the cluster names other masters: re-checking every hold");
-                executor.suspect();
-                HEARTBEAT
-            }
-            // Soon again, so a server that is back is found within a fraction of a second.
-            Err(_) => {
-                executor.suspect();
-                RECHECK_RETRY
-            }
-        };
-    }
-}
-
-/// A digest of which master serves which slots, from a `CLUSTER SLOTS` reply: each range's
-/// bounds and its master's address and id (replicas left out), in a fixed order whichever node
-/// answered.
-fn masters_digest(map: &redis::Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut ranges: Vec<String> = match map {
-        redis::Value::Array(ranges) => ranges
-            .iter()
-            .map(|range| match range {
-                redis::Value::Array(parts) => format!("{:?}", &parts[..parts.len().min(3)]),
-                other => format!("{other:?}"),
-            })
-            .collect(),
-        other => vec![format!("{other:?}")],
-    };
-    ranges.sort_unstable();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    ranges.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// How soon a renewal that failed while re-checking after a connection change is sent again:
@@ -367,6 +297,17 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
+        let (checks, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(_, _, checked_only)| *checked_only);
+        let batch: Vec<(u64, Arc<Renewal>)> = batch.into_iter().map(|(id, r, _)| (id, r)).collect();
+        let checks = futures::future::join_all(checks.into_iter().map(|(id, renewal, _)| {
+            let executor = &executor;
+            async move {
+                let held = check::still_held(executor, &renewal.target).await;
+                (id, renewal, held)
+            }
+        }));
         // One script per kind of hold, and on a cluster one per slot (a script's keys must
         // share a slot there): group the batch so, then cut the groups in chunks.
         let per_slot = executor.target().is_cluster();
@@ -387,11 +328,14 @@ async fn run(
         let calls = chunks
             .iter()
             .map(|chunk| renew_chunk(&executor, chunk, lease));
-        let results = futures::future::join_all(calls).await;
-        let failed = results.iter().any(|(_, result)| result.is_err());
+        let (results, checked) =
+            futures::future::join(futures::future::join_all(calls), checks).await;
+        let failed = results.iter().any(|(_, result)| result.is_err())
+            || checked.iter().any(|(_, _, held)| held.is_err());
         let retry_in = if rechecking { RECHECK_RETRY } else { retry };
-        rechecking &= failed;
         let mut registry = shared.registry();
+        settle_checks(&mut registry, checked, rechecking.then_some(RECHECK_RETRY));
+        rechecking &= failed;
         for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
             if let Err(e) = &result {
                 crate::observe::renewals_failed(chunk.len(), e)
@@ -441,6 +385,40 @@ async fn run(
     }
 }
 
+/// Takes in what the re-checks of fixed leases found: a hold still there waits for the next
+/// connection change, a vanished one is lost; one that could not be checked is checked again
+/// after `retry` while re-checking, else at the next change.
+fn settle_checks(
+    registry: &mut Registry,
+    checked: Vec<(u64, Arc<Renewal>, crate::Result<bool>)>,
+    retry: Option<Duration>,
+) {
+    let now = Instant::now();
+    for (id, renewal, held) in checked {
+        let Some(entry) = registry.entries.get_mut(&id) else {
+            continue; // the hold was given back meanwhile
+        };
+        entry.in_flight = false;
+        match held {
+            Ok(true) => entry.next_due = now + NOT_DUE,
+            Ok(false) => {
+                crate::observe::lease_lost(
+                    &renewal.labels,
+                    renewal.target.key(),
+                    crate::observe::Lost::NotHeld,
+                    None,
+                );
+                renewal.lease.mark_lost();
+                registry.entries.remove(&id);
+            }
+            Err(_) if renewal.lease.is_lost() => {
+                registry.entries.remove(&id);
+            }
+            Err(_) => entry.next_due = now + retry.unwrap_or(NOT_DUE),
+        }
+    }
+}
+
 /// Makes every lease due now; returns whether there is any.
 fn all_due(shared: &Shared) -> bool {
     let now = Instant::now();
@@ -453,7 +431,7 @@ fn all_due(shared: &Shared) -> bool {
 
 /// Takes every entry due by `horizon` (renewing a little early costs nothing and fills batches).
 /// Leases already lost are dropped instead: their holders were told to stop.
-fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>)> {
+fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>, bool)> {
     let mut registry = shared.registry();
     let mut due = Vec::new();
     registry.entries.retain(|id, entry| {
@@ -462,7 +440,7 @@ fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>)> {
         }
         if !entry.in_flight && entry.next_due <= horizon {
             entry.in_flight = true;
-            due.push((*id, entry.renewal.clone()));
+            due.push((*id, entry.renewal.clone(), entry.checked_only));
         }
         true
     });

@@ -1,0 +1,102 @@
+//! The heartbeat: while the client holds leases the watchdog keeps, a call every second that
+//! finds out whether what it holds may be gone (a restart, a cut connection, a failover), so the
+//! watchdog re-checks every hold at once instead of at its next renewal.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{RECHECK_RETRY, Shared};
+use crate::script::{Executor, LOCK_RENEW, ScriptCall};
+
+/// How often the client makes sure its connection still stands while it holds renewed leases.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// While any lease is renewed, a call every [`HEARTBEAT`], so an idle client learns within about
+/// a second that what it holds may be gone, and the watchdog re-checks every hold (at once, and
+/// every [`RECHECK_RETRY`] until a round gets through). Its own task, so that a server that does
+/// not answer delays no renewal.
+/// - On one server (alone, or a sentinel's master) an empty renewal (the ACL rule the client
+///   needs anyway covers it): when it fails the server restarted or the connection was cut, and
+///   the connection is given up, so the next call opens a new one.
+/// - On a cluster, `CLUSTER SLOTS` (which the redis crate needs anyway): when it fails, or names
+///   other masters than a second before, a master died or a failover happened. A probe sent to
+///   every master would not do: the redis crate leaves a node it cannot reach out of such a call
+///   and answers for the others.
+pub(super) async fn heartbeat(
+    shared: std::sync::Weak<Shared>,
+    executor: Executor,
+    mut shutdown: watch::Receiver<()>,
+) {
+    let cluster = executor.target().is_cluster();
+    let probe = ScriptCall::new(&LOCK_RENEW).arg(1);
+    let mut slots = redis::cmd("CLUSTER");
+    slots.arg("SLOTS");
+    // The masters a cluster named at the last heartbeat while holding.
+    let mut masters: Option<u64> = None;
+    let mut pause = HEARTBEAT;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        let holding = match shared.upgrade() {
+            Some(shared) => !shared.registry().entries.is_empty(),
+            None => return,
+        };
+        if !holding {
+            masters = None;
+            pause = HEARTBEAT;
+            continue;
+        }
+        let beat = if cluster {
+            executor
+                .read::<redis::Value>(&slots, "heartbeat")
+                .await
+                .map(|map| {
+                    let now = masters_digest(&map);
+                    masters.replace(now).is_some_and(|before| before != now)
+                })
+        } else {
+            executor
+                .run::<Vec<i64>>(&probe, "heartbeat")
+                .await
+                .map(|_| false)
+        };
+        pause = match beat {
+            Ok(false) => HEARTBEAT,
+            Ok(true) => {
+                tracing::debug!("the cluster names other masters: re-checking every hold");
+                executor.suspect();
+                HEARTBEAT
+            }
+            // Soon again, so a server that is back is found within a fraction of a second.
+            Err(_) => {
+                executor.suspect();
+                RECHECK_RETRY
+            }
+        };
+    }
+}
+
+/// A digest of which master serves which slots, from a `CLUSTER SLOTS` reply: each range's
+/// bounds and its master's address and id (replicas left out), in a fixed order whichever node
+/// answered.
+fn masters_digest(map: &redis::Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ranges: Vec<String> = match map {
+        redis::Value::Array(ranges) => ranges
+            .iter()
+            .map(|range| match range {
+                redis::Value::Array(parts) => format!("{:?}", &parts[..parts.len().min(3)]),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        other => vec![format!("{other:?}")],
+    };
+    ranges.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ranges.hash(&mut hasher);
+    hasher.finish()
+}
