@@ -266,3 +266,49 @@ async fn a_key_of_another_type_in_a_renewal_batch_loses_only_its_own_lease() {
     a.unlock().await.unwrap();
     c.unlock().await.unwrap();
 }
+
+/// Unlocking a guard already known lost answers `LockLost` at once, without a round trip: with
+/// the server paused it neither waits for the response timeout nor reports a timeout. Once the
+/// server is back, the task locks again as a new hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocking_a_guard_known_lost_answers_at_once() {
+    let server = RedisServer::start();
+    let client = builder(&server)
+        .watchdog_timeout(LEASE)
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.get_lock("known-lost");
+    let first = lock.lock().await.unwrap();
+    let again = lock.lock().await.unwrap(); // a reentrant hold of the same lease
+    server.pause();
+    tokio::time::timeout(LEASE * 3, first.lost())
+        .await
+        .expect("lost once the lease passed");
+    let asked = Instant::now();
+    let answer = first.unlock().await;
+    let took = asked.elapsed();
+    assert!(
+        matches!(answer, Err(ferrisson::Error::LockLost { .. })),
+        "{answer:?}"
+    );
+    assert!(took < Duration::from_millis(100), "answered after {took:?}");
+    let answer = tokio::time::timeout(Duration::from_millis(100), again.unlock())
+        .await
+        .expect("the other guard of the lost lease answers at once too");
+    assert!(matches!(answer, Err(ferrisson::Error::LockLost { .. })));
+    server.resume();
+    let next = lock
+        .try_lock_for(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("the lock is free again");
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "a new hold, not a third one"
+    );
+    next.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}

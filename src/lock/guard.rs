@@ -67,7 +67,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::LockLost`](crate::Error::LockLost) when the hold was already gone (lease expired,
-    /// key deleted or forced open); [`Error::Redis`](crate::Error::Redis) when Redis could not
+    /// key deleted or forced open), at once and without a round trip when the guard already
+    /// knows it ([`is_lost`](Self::is_lost)); [`Error::Redis`](crate::Error::Redis) when Redis could not
     /// be reached, in which case the lease, no longer renewed, frees the lock when it runs out.
     ///
     /// # Cancel safety

@@ -29,6 +29,20 @@ impl Holder {
         if !current || holds.count == 0 {
             return Err(self.lost());
         }
+        if lease.is_lost() {
+            // Known gone (a renewal or re-check found it gone, or its lease ran out with no
+            // renewal confirmed): answered at once, with no wait on a server that may be what
+            // took it. Should the server still count the hold (renewals that ran but whose
+            // replies never came), it is removed in the background as a leftover, and the
+            // owner retired before its next acquire. The lease's other guards find it gone.
+            holds.count = 0;
+            holds.lease = None;
+            if self.ops().hands_over() {
+                self.local_waiters().releasing(self.name(), lease);
+            }
+            self.taint(holds, lease.lease_ms());
+            return Err(self.lost());
+        }
         let owner = &self.owner;
         // Whether the hold still stood, as far as we know, when the release went out: a resend
         // that finds nothing then means the release happened.
