@@ -3,13 +3,16 @@
 -- that hold to let go (a revocation request, see revoke.lua).
 --
 -- KEYS[2i-1]  a lock hash
--- KEYS[2i]    its revocation requests (ferrisson_revoke:{name}: hash of hold -> requested at)
+-- KEYS[2i]    its revocation requests (ferrisson_revoke:{name}: hash of hold -> requested at,
+--             server µs)
 -- ARGV[1]     lease in ms
 -- ARGV[1+i]   the field whose presence marks the hold on KEYS[2i-1] (the owner, or <owner>:write)
 --
--- Reply: an array with one integer per hold: 1 where the lease was extended, 2 where it was
--- extended and a revocation of the hold was asked for, 0 where the owner no longer holds that
--- lock (its lease is lost). A key of another type answers 0 and is left alone, and does not stop
+-- Reply: an array with one integer per hold: 1 where the lease was extended, the request's stamp
+-- (server µs, so above 1) where it was extended and a revocation of the owner's hold was asked
+-- for (the client heeds it when the stamp is not below the hold's token: a request for an
+-- earlier hold of the same owner name is stale), 0 where the owner no longer holds that lock
+-- (its lease is lost). A key of another type answers 0 and is left alone, and does not stop
 -- the rest of the batch.
 
 local renewed = {}
@@ -18,8 +21,10 @@ for i = 1, #KEYS / 2 do
   if redis.pcall('hexists', hash, field) == 1 then
     redis.call('pexpire', hash, ARGV[1])
     renewed[i] = 1
-    if redis.pcall('hexists', revoke, field) == 1 then
-      renewed[i] = 2
+    local stamp = redis.pcall('hget', revoke, field)
+    local at = type(stamp) == 'string' and tonumber(stamp)
+    if at and at > 1 then
+      renewed[i] = at
     end
   else
     renewed[i] = 0

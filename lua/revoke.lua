@@ -4,7 +4,7 @@
 -- at its next renewal, and a message on the revocation channel tells the holders listening now.
 --
 -- KEYS[1]  the object: a lock hash, or a permit-expirable semaphore's {name}:timeout zset
--- KEYS[2]  its revocation requests (ferrisson_revoke:{name}: hold -> requested at, server ms)
+-- KEYS[2]  its revocation requests (ferrisson_revoke:{name}: hold -> requested at, server µs)
 -- KEYS[3]  the revocation channel (ferrisson_revoke:{name}); no Redisson client listens there
 -- ARGV[1]  which holds: 'lock' (every owner of a lock hash), 'read' (readers of a read-write
 --          lock), 'write' (its writer), 'permits' (every permit out)
@@ -15,6 +15,11 @@
 
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- The request's stamp, in µs as a fencing token is: a lock's hold heeds only a request stamped
+-- no earlier than its token, so a request left from an earlier hold of the same owner name
+-- never reaches a later one (whose token is at least the clock at its grant). Joined as text:
+-- exact, where a Lua number would print as 1.7e+15.
+local stamp = clock[1] .. string.format('%06d', tonumber(clock[2]))
 local kind = redis.call('type', KEYS[1])['ok']
 local holds = {}
 local ttl = tonumber(ARGV[2])
@@ -51,7 +56,7 @@ if kinds ~= 'none' and kinds ~= 'hash' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[2] .. ' holds no revocation requests')
 end
 for _, hold in ipairs(holds) do
-  redis.call('hset', KEYS[2], hold, now)
+  redis.call('hset', KEYS[2], hold, stamp)
 end
 if redis.call('pttl', KEYS[2]) < ttl then
   redis.call('pexpire', KEYS[2], ttl)

@@ -4,13 +4,15 @@
 --
 -- KEYS[3i-2]  a lock hash
 -- KEYS[3i-1]  the owner's read-hold timeout prefix on that lock
--- KEYS[3i]    the lock's revocation requests (ferrisson_revoke:{name}: hold -> requested at)
+-- KEYS[3i]    the lock's revocation requests (ferrisson_revoke:{name}: hold -> requested at,
+--             server µs)
 -- ARGV[1]     lease in ms
 -- ARGV[1+i]   the owner whose read holds on KEYS[3i-2] are renewed
 --
 -- Replies: an array with one integer per owner, 1 where at least one of its read holds was
--- still there and was extended, 2 the same with a revocation of its read holds asked for, 0
--- where it holds none (its lease is lost).
+-- still there and was extended, the request's stamp (server µs, above 1) the same with a
+-- revocation of its read holds asked for (heeded when not below the hold's token, as in
+-- lock_renew.lua), 0 where it holds none (its lease is lost).
 
 local lease = tonumber(ARGV[1])
 local renewed = {}
@@ -27,8 +29,12 @@ for i = 1, #KEYS / 3 do
     if renewed[i] == 1 and redis.call('pttl', hash) < lease then
       redis.call('pexpire', hash, lease)
     end
-    if renewed[i] == 1 and redis.pcall('hexists', revoke, owner) == 1 then
-      renewed[i] = 2
+    if renewed[i] == 1 then
+      local stamp = redis.pcall('hget', revoke, owner)
+      local at = type(stamp) == 'string' and tonumber(stamp)
+      if at and at > 1 then
+        renewed[i] = at
+      end
     end
   end
 end

@@ -61,10 +61,20 @@ pub(crate) async fn request(inner: &Core, name: &str, object: &str, holds: Holds
     Ok(usize::try_from(asked).unwrap_or(0))
 }
 
+/// Which requests reach a hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Heed {
+    /// Any request under one of the hold's marks: permit ids, new for every guard.
+    Any,
+    /// Requests stamped no earlier than the hold's token: a lock's mark is its owner name, which
+    /// a later hold of the same owner carries too (see `revoke.lua`).
+    SinceToken,
+}
+
 /// Resolves once a revocation of the hold `lease` (marked in Redis under any of `marks`) was
 /// requested: at once if it is known already, else when the request's message arrives, a
 /// renewal reports it, or a re-check (every re-check interval) finds the mark.
-pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], lease: &Lease) {
+pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], heed: Heed, lease: &Lease) {
     if lease.is_revoked() {
         return;
     }
@@ -82,7 +92,7 @@ pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], lease: &
         }
     };
     loop {
-        match marked(inner, &channel, marks).await {
+        match marked(inner, &channel, marks, heed, lease.token()).await {
             Ok(true) => {
                 lease.mark_revoked();
                 return;
@@ -115,10 +125,20 @@ pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], lease: &
     }
 }
 
-/// Whether any of `marks` has a revocation request in `requests`.
-async fn marked(inner: &Core, requests: &str, marks: &[&str]) -> Result<bool> {
+/// Whether any of `marks` has a revocation request in `requests` that reaches the hold whose
+/// token is `token`.
+async fn marked(
+    inner: &Core,
+    requests: &str,
+    marks: &[&str],
+    heed: Heed,
+    token: u64,
+) -> Result<bool> {
     let mut cmd = redis::cmd("HMGET");
     cmd.arg(requests).arg(marks);
     let found: Vec<Option<String>> = inner.executor.read(&cmd, requests).await?;
-    Ok(found.iter().any(Option::is_some))
+    Ok(found.iter().flatten().any(|stamp| match heed {
+        Heed::Any => true,
+        Heed::SinceToken => stamp.parse::<u64>().is_ok_and(|at| at >= token),
+    }))
 }

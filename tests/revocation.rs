@@ -302,3 +302,72 @@ async fn within(heard: impl std::future::Future<Output = ()>) {
         .await
         .expect("the holder hears the request");
 }
+
+/// Whether `requested` resolves within `within`.
+async fn heard(requested: impl std::future::Future<Output = ()>, within: Duration) -> bool {
+    tokio::time::timeout(within, requested).await.is_ok()
+}
+
+/// A request is for the holds there are when it is made. A later hold of the same owner name
+/// (the task keeps its owner while it holds the lock's other side, or while a dropped guard's
+/// release is under way) is not reached by it, neither by listening nor through its renewals;
+/// a new request reaches it. Permits are the same: a new permit is not reached by a request
+/// for the permit before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_never_reaches_a_later_hold() {
+    let server = RedisServer::start();
+    // Renewals every 200 ms, each reading the requests; re-checks every 100 ms.
+    let client = support::builder(&server)
+        .watchdog_timeout(Duration::from_millis(600))
+        .recheck_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let quiet = Duration::from_millis(700);
+    let loud = Duration::from_secs(3);
+
+    // The read side, while the task's write hold keeps its owner (and owner name).
+    let rw = client.get_read_write_lock("job:rw");
+    let write = rw.write_lock().lock().await.unwrap();
+    let first = rw.read_lock().lock().await.unwrap();
+    assert_eq!(rw.read_lock().request_revocation().await.unwrap(), 1);
+    assert!(heard(first.revocation_requested(), loud).await);
+    first.unlock().await.unwrap();
+    let later = rw.read_lock().lock().await.unwrap();
+    assert!(
+        !heard(later.revocation_requested(), quiet).await,
+        "a later read hold heard the request for the one before"
+    );
+    assert!(!later.is_revocation_requested(), "nor through its renewals");
+    assert_eq!(rw.read_lock().request_revocation().await.unwrap(), 1);
+    assert!(
+        heard(later.revocation_requested(), loud).await,
+        "a new request reaches it"
+    );
+    later.unlock().await.unwrap();
+    write.unlock().await.unwrap();
+
+    // A plain lock whose guard was dropped: the task locks again as soon as the background
+    // release is done, under the same owner name.
+    let lock = client.get_lock("job:plain");
+    let first = lock.lock().await.unwrap();
+    assert_eq!(lock.request_revocation().await.unwrap(), 1);
+    assert!(heard(first.revocation_requested(), loud).await);
+    drop(first);
+    let later = lock.lock().await.unwrap();
+    assert!(!heard(later.revocation_requested(), quiet).await);
+    assert!(!later.is_revocation_requested());
+    later.unlock().await.unwrap();
+
+    // Permits.
+    let permits = client.get_permit_expirable_semaphore("job:permits");
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let first = permits.acquire().await.unwrap();
+    assert_eq!(permits.request_revocation().await.unwrap(), 1);
+    assert!(heard(first.revocation_requested(), loud).await);
+    first.release().await.unwrap();
+    let later = permits.acquire().await.unwrap();
+    assert!(!heard(later.revocation_requested(), quiet).await);
+    assert!(!later.is_revocation_requested());
+    later.release().await.unwrap();
+}

@@ -164,7 +164,8 @@ impl LockGuard {
         let target = self.holder.ops().renewal(&self.holder.owner);
         let mark = target.mark();
         let inner = &self.holder.handle.core;
-        crate::revoke::requested(inner, self.holder.name(), &[mark], &self.lease).await;
+        let heed = crate::revoke::Heed::SinceToken;
+        crate::revoke::requested(inner, self.holder.name(), &[mark], heed, &self.lease).await;
     }
 
     /// Turns this watchdog-renewed hold into one with a fixed lease of `lease_ms` from now, and

@@ -439,12 +439,16 @@ impl Holder {
             lease_ms
         };
         let sent_at = Instant::now();
-        let call = self.ops().renewal(&self.owner).call(ttl_ms);
-        let held: Vec<i64> = self.inner().executor.run(&call, self.name()).await?;
-        match held.first() {
-            Some(1) => {}
-            Some(2) => lease.mark_revoked(),
-            _ => {
+        let target = self.ops().renewal(&self.owner);
+        let held: Vec<i64> = self
+            .inner()
+            .executor
+            .run(&target.call(ttl_ms), self.name())
+            .await?;
+        match held.first().and_then(|a| target.answer(*a, lease)) {
+            Some(false) => {}
+            Some(true) => lease.mark_revoked(),
+            None => {
                 lease.mark_lost();
                 return Ok(false);
             }

@@ -245,7 +245,8 @@ impl PermitGuard {
         let permits = &self.permits;
         let marks: Vec<&str> = permits.ids.iter().map(String::as_str).collect();
         let inner = permits.shared.inner();
-        crate::revoke::requested(inner, &permits.shared.name, &marks, &permits.lease).await;
+        let heed = crate::revoke::Heed::Any;
+        crate::revoke::requested(inner, &permits.shared.name, &marks, heed, &permits.lease).await;
     }
 
     /// Gives the permits a fixed lease of `lease` from now (Redisson's `updateLeaseTime`): the

@@ -105,9 +105,23 @@ impl RenewTarget {
         }
     }
 
-    /// The renewal of this one hold to a TTL of `lease_ms`; replies `[1]` when it was still
-    /// held (and got the TTL), `[2]` the same with a revocation requested, anything else when
-    /// not.
+    /// What a renewal's answer for this hold means, for the hold `lease`: `None` when it is no
+    /// longer held; else whether a revocation of it was requested. A permit guard's answer says
+    /// so with 2 (its marks are its own permit ids, new for every guard); a lock's answer is the
+    /// request's stamp (server µs), which counts only when not below the hold's token, so that a
+    /// request for an earlier hold of the same owner name never reaches a later one.
+    pub(crate) fn answer(&self, answer: i64, lease: &Lease) -> Option<bool> {
+        match (self, answer) {
+            (_, 1) => Some(false),
+            (RenewTarget::Permits { .. }, 2) => Some(true),
+            (RenewTarget::Permits { .. }, _) => None,
+            (_, stamp) if stamp > 1 => Some(stamp.unsigned_abs() >= lease.token()),
+            _ => None,
+        }
+    }
+
+    /// The renewal of this one hold to a TTL of `lease_ms`, answered as
+    /// [`answer`](Self::answer) reads it.
     pub(crate) fn call(&self, lease_ms: u64) -> ScriptCall {
         let call = self.keys(ScriptCall::new(self.script())).arg(lease_ms);
         self.arg(call)
@@ -350,10 +364,14 @@ async fn run(
                 };
                 entry.in_flight = false;
                 match &result {
-                    Ok(renewed) if matches!(renewed.get(i), Some(1 | 2)) => {
+                    Ok(renewed)
+                        if let Some(revoked) = renewed
+                            .get(i)
+                            .and_then(|a| renewal.target.answer(*a, &renewal.lease)) =>
+                    {
                         renewal.lease.renewed(sent_at, lease);
                         entry.next_due = sent_at + lease / 3;
-                        if renewed.get(i) == Some(&2) {
+                        if revoked {
                             renewal.lease.mark_revoked();
                         }
                     }
