@@ -65,9 +65,12 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL or when called outside a Tokio runtime;
-    /// [`Error::Redis`] when the server cannot be reached within the connection timeout (5 s),
-    /// or when the client's thread cannot be started (the OS refused a thread).
+    /// [`Error::Config`] for a malformed URL; [`Error::NoRuntime`] outside a Tokio runtime;
+    /// [`Error::Connect`] when no connection to the server opens within the connection timeout
+    /// (5 s): refused, a name that does not resolve, a wrong password, a database the server
+    /// does not have, a server that does not answer; [`Error::PermissionDenied`] when the ACL
+    /// user may not run the set-up; [`Error::Redis`] when loading the scripts fails, or the
+    /// client's thread cannot be started (the OS refused a thread).
     ///
     /// # Cancel safety
     ///
@@ -284,10 +287,39 @@ impl Client {
     }
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
-        tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::Config("a client must be created inside a Tokio runtime".into()))?;
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let target = Target::of(&config)
             .map_err(|e| Error::Config(format!("cannot use `{}`: {e}", config.url)))?;
+        // Spans and connect errors name the server: the one URL, a cluster's first seed, or the
+        // first sentinel (host and port only: a URL may carry a password).
+        let shown = match &config.topology {
+            crate::config::Topology::Single(url) => url.as_str(),
+            crate::config::Topology::Cluster(seeds) => seeds[0].as_str(),
+            crate::config::Topology::Sentinel { sentinels, .. } => sentinels[0].as_str(),
+        };
+        let info = shown
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("cannot use `{shown}`: {e}")))?;
+        let address = match &config.topology {
+            crate::config::Topology::Single(_) => info.addr().to_string(),
+            crate::config::Topology::Cluster(seeds) if seeds.len() > 1 => {
+                format!("{} (a cluster seed; {} more)", info.addr(), seeds.len() - 1)
+            }
+            crate::config::Topology::Cluster(_) => format!("{} (a cluster seed)", info.addr()),
+            crate::config::Topology::Sentinel { master, .. } => {
+                format!("master `{master}` named by sentinel {}", info.addr())
+            }
+        };
+        let unreachable = |what: &'static str| {
+            let address = address.clone();
+            move |e: redis::RedisError| match crate::error::permission_refusal(&e) {
+                Some(reason) => Error::PermissionDenied {
+                    what: what.into(),
+                    reason,
+                },
+                None => Error::Connect { address, reason: e },
+            }
+        };
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
         let connection = Arc::new(Connection::new(
@@ -297,9 +329,7 @@ impl Client {
         ));
         capped(config.connection_timeout, connection.open())
             .await
-            .map_err(|e| {
-                Error::from_redis_request(e, "", || "the connection's set-up (SELECT)".into())
-            })?;
+            .map_err(unreachable("the connection's set-up (SELECT)"))?;
         let mut executor = Executor::new(connection, config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
             let synced = Arc::new(Connection::new(
@@ -310,9 +340,7 @@ impl Client {
             // Opened now, like the command connection: a failure shows at build().
             capped(config.connection_timeout, synced.open())
                 .await
-                .map_err(|e| {
-                    Error::from_redis_request(e, "", || "the synced connection's set-up".into())
-                })?;
+                .map_err(unreachable("the synced connection's set-up"))?;
             executor = executor.with_synced(synced, acks, timeout);
         }
         let sharded = executor.probe_sharded().await;
@@ -326,15 +354,6 @@ impl Client {
             )
         })?;
         let (shutdown, shutdown_rx) = watch::channel(());
-        // Spans name the server: the one URL, a cluster's first seed, or the first sentinel.
-        let shown = match &config.topology {
-            crate::config::Topology::Single(url) => url.as_str(),
-            crate::config::Topology::Cluster(seeds) => seeds[0].as_str(),
-            crate::config::Topology::Sentinel { sentinels, .. } => sentinels[0].as_str(),
-        };
-        let info = shown
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("cannot use `{shown}`: {e}")))?;
         let observe = crate::observe::Context::new(&info, &config);
         let hub = Hub::start(
             target.clone(),

@@ -407,8 +407,10 @@ impl ClientBuilder {
     ///
     /// [`Error::Config`] for a missing or malformed URL, a duration out of its range, or a fair
     /// lock thread wait time shorter than the fair lock queue timeout;
-    /// [`Error::Redis`] when the server cannot be reached within the connection timeout, or when
-    /// the client's thread cannot be started.
+    /// [`Error::NoRuntime`] outside a Tokio runtime; [`Error::Connect`] when no connection opens
+    /// within the connection timeout (see [`Client::connect`](crate::Client::connect));
+    /// [`Error::Redis`] when loading the scripts fails, or the client's thread cannot be
+    /// started.
     ///
     /// # Cancel safety
     ///

@@ -24,12 +24,33 @@ use redis::RedisError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Redis could not be reached or answered with an error. The source tells which.
+    /// A request to Redis failed: the server could not be reached, did not answer in time, or
+    /// answered with an error. The message says which (the redis crate's error, shown in full;
+    /// it is not repeated as [`source`](std::error::Error::source)).
     ///
     /// A command that timed out may still have run; ferrisson repairs what it can (see the crate
     /// docs, "Faults").
-    #[error("redis command failed")]
-    Redis(#[source] RedisError),
+    #[error("redis request failed: {0}")]
+    Redis(RedisError),
+
+    /// [`Client::connect`](crate::Client::connect) or
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build) could not open a connection to
+    /// `address` within the connection timeout: refused, a name that does not resolve, a wrong
+    /// password, a database index the server does not have, a server that does not answer.
+    /// The message says which.
+    #[error("cannot connect to redis at {address}: {reason}")]
+    Connect {
+        /// Where the client tried to connect (host and port, never credentials).
+        address: String,
+        /// The redis crate's error.
+        reason: RedisError,
+    },
+
+    /// A client was made, or a call made, outside a Tokio runtime.
+    #[error(
+        "ferrisson needs a Tokio runtime: create and use the client inside one (e.g. in an async fn run by #[tokio::main])"
+    )]
+    NoRuntime,
 
     /// The hold this guard stood for is gone: its lease expired, or the key was deleted or taken
     /// over. Whatever the guard protected may have been touched by somebody else.
@@ -160,13 +181,7 @@ pub enum Error {
 }
 
 fn join(errors: &[Error]) -> String {
-    let shown: Vec<String> = errors
-        .iter()
-        .map(|e| match std::error::Error::source(e) {
-            Some(source) => format!("{e} ({source})"),
-            None => e.to_string(),
-        })
-        .collect();
+    let shown: Vec<String> = errors.iter().map(Error::to_string).collect();
     shown.join("; ")
 }
 

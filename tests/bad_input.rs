@@ -236,13 +236,11 @@ async fn bad_client_settings_are_config_errors() {
 }
 
 #[test]
-fn a_client_outside_a_tokio_runtime_is_a_config_error() {
+fn a_client_outside_a_tokio_runtime_is_refused_clearly() {
     let err =
         futures::executor::block_on(ferrisson::Client::connect("redis://127.0.0.1/")).unwrap_err();
-    assert!(
-        matches!(&err, Error::Config(m) if m.contains("Tokio")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Error::NoRuntime), "{err:?}");
+    assert!(err.to_string().contains("Tokio runtime"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -429,7 +429,7 @@ async fn unreachable_seeds_fail_clearly() {
         .build()
         .await;
     assert!(
-        matches!(result, Err(ferrisson::Error::Redis(_))),
+        matches!(result, Err(ferrisson::Error::Connect { .. })),
         "{result:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -260,7 +260,7 @@ fn the_client_thread_lives_exactly_as_long_as_the_client_and_its_guards() {
             .build()
             .await
             .expect_err("nothing listens there");
-        assert!(matches!(err, ferrisson::Error::Redis(_)), "{err:?}");
+        assert!(matches!(err, ferrisson::Error::Connect { .. }), "{err:?}");
         let err = ferrisson::Client::connect("no-such-scheme://x")
             .await
             .expect_err("not a URL redis takes");
