@@ -31,6 +31,10 @@ use crate::lock::wait::{self, Attempt};
 use crate::observe::Labels;
 use crate::watchdog::{Renewal, Watch};
 
+/// How long past its wait budget a fair waiter that gave up may take to leave the queue before
+/// the call returns (the leave goes on in the background then).
+const LEAVE_GRACE: Duration = Duration::from_millis(20);
+
 /// When and how an acquire was sent.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -129,6 +133,9 @@ impl Holder {
     ) -> Result<Option<LockGuard>> {
         let channel = self.channel();
         let waiting = wait != Some(Duration::ZERO);
+        let deadline = wait
+            .filter(|_| waiting)
+            .and_then(|w| Instant::now().checked_add(w));
         // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
         let queues = waiting && self.ops().queues();
         let mut queued = Queued {
@@ -172,7 +179,21 @@ impl Holder {
         .await;
         queued.armed = false;
         if queues && !matches!(result, Ok(Some(_))) {
-            self.leave_queue().await;
+            match deadline {
+                // Within the budget (and a moment: a leave takes one round trip); past it, the
+                // leave goes on in the background (`queued` spawns it when dropped armed).
+                Some(d) => {
+                    queued.armed = true;
+                    let until = d.max(Instant::now()) + LEAVE_GRACE;
+                    if tokio::time::timeout_at(until, self.leave_queue())
+                        .await
+                        .is_ok()
+                    {
+                        queued.armed = false;
+                    }
+                }
+                None => self.leave_queue().await,
+            }
         }
         result
     }

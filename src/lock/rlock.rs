@@ -238,9 +238,16 @@ impl RLock {
     /// Waits at most `wait` for the lock (`Duration::ZERO`: one attempt). With `lease`, the
     /// lease is fixed and never renewed; without, the watchdog renews it.
     ///
+    /// `wait` is a deadline: the call returns within it (and a few milliseconds) whatever Redis
+    /// does, a paused or unreachable server included. An attempt still unanswered then is
+    /// given up, and a grant it may have made is taken back in the background. With
+    /// `Duration::ZERO` the one attempt is bounded by the response timeout instead.
+    ///
     /// # Errors
     ///
-    /// As [`lock_with_lease`](Self::lock_with_lease). Running out of `wait` is `Ok(None)`.
+    /// As [`lock_with_lease`](Self::lock_with_lease). Running out of `wait` is `Ok(None)`, also
+    /// when Redis stopped answering after it had answered an earlier attempt; when it answered
+    /// none by the deadline, [`Error::Redis`] (a timeout).
     ///
     /// # Cancel safety
     ///

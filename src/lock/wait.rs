@@ -35,8 +35,15 @@ impl<T> crate::observe::Tried for Attempt<T> {
 /// through `handed`. `attempt(true)` must ask Redis: it follows an unlock message or a declined
 /// handover, which may contradict what the client believes about the lock.
 ///
-/// The first attempt starts no timer and subscribes nothing, so an uncontended acquire is one
-/// round trip. Cancel safe as far as this loop goes: it holds only the subscription and the
+/// The first attempt subscribes nothing, so an uncontended acquire is one round trip.
+///
+/// A wait budget is a deadline: with `wait` above zero, every attempt, the subscription and a
+/// handover's answer end by it, so the call returns within `wait` (and a few milliseconds)
+/// whatever Redis does. An attempt still unanswered then is dropped, which repairs a grant it
+/// may have made in the background (as for a cancelled call). The call answers `Ok(None)` when
+/// Redis answered an earlier attempt (the lock was seen taken: it was not had in time), and a
+/// timeout when Redis answered nothing at all. Without a budget, or with a zero one
+/// (`try_lock`), each attempt is bounded by the response timeout as every request is. Cancel safe as far as this loop goes: it holds only the subscription and the
 /// local registration, which unregister on drop (a release that picked this waiter meanwhile
 /// takes the handed hold back); `attempt` answers for what it sent.
 pub(crate) async fn acquire<T, F, Fut, R, H>(
@@ -57,7 +64,16 @@ where
     // Counted from before the first attempt. No deadline: wait for ever (also for a budget too
     // large for the clock). Only a bounded wait reads the clock.
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-    if let Attempt::Granted(granted) = attempt(false).await? {
+    let bound = deadline.filter(|_| wait != Some(Duration::ZERO));
+    let first = match bound {
+        None => attempt(false).await?,
+        // Boxed: the timer would make every acquire's future larger.
+        Some(d) => match Box::pin(within(d, attempt(false))).await {
+            Some(answer) => answer?,
+            None => return Err(no_answer_in_time()),
+        },
+    };
+    if let Attempt::Granted(granted) = first {
         return Ok(Some(granted));
     }
     // The wait keeps a subscription, timers and an offer in its state: kilobytes that every
@@ -96,7 +112,15 @@ where
                     Some(_) => ask_server = true,
                 }
             }
-            let answer = attempt(std::mem::take(&mut ask_server)).await?;
+            let asked = attempt(std::mem::take(&mut ask_server));
+            let answer = match bound {
+                None => asked.await?,
+                Some(d) => match within(d, asked).await {
+                    Some(answer) => answer?,
+                    // Seen taken before: not had in time.
+                    None => return Ok(None),
+                },
+            };
             // A local answer never follows a wake-up (wake-ups set `ask_server`), so a wake-up
             // marked used here always had its attempt reach Redis.
             subscription.used();
@@ -145,4 +169,20 @@ where
         }
     })
     .await
+}
+
+/// `attempt`'s answer, unless `deadline` passes first (the attempt is dropped then, and repairs
+/// what it may have done).
+async fn within<T>(deadline: Instant, attempt: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout_at(deadline, attempt).await.ok()
+}
+
+fn no_answer_in_time() -> crate::error::Error {
+    crate::error::Error::Redis(
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer from redis within the wait budget",
+        )
+        .into(),
+    )
 }
