@@ -27,11 +27,11 @@ use redis::IntoConnectionInfo;
 /// and used from one `#[tokio::test]` runtime after another keeps renewing, releasing and waking.
 /// The thread ends once the last clone, and the last guard of its locks, are gone.
 ///
-/// Commands go through one connection, opened on the runtime the client was built in; if that
-/// runtime ends, the next command opens a new one on its own runtime. While the runtime holding
-/// the connection lives, it must be driven (a current-thread runtime only runs inside `block_on`),
-/// or commands from elsewhere, the watchdog's renewals included, wait for it until they time
-/// out.
+/// Callers' commands go through one connection, opened on the runtime the client was built in;
+/// if that runtime ends, the next command opens a new one on its own runtime. The watchdog's
+/// renewals and the releases of dropped guards use a second connection, homed on the client's
+/// thread, so a caller's runtime blocked in synchronous work does not stop them. At the end of a
+/// process, see [`close`](Self::close).
 ///
 /// # Examples
 ///
@@ -49,6 +49,8 @@ pub struct Client {
     pub(crate) inner: Arc<Core>,
     /// The lock engine's bookkeeping of this client: its owners and local waiters.
     locks: Arc<ClientLocks>,
+    /// Dropped with the last handle: waits for the background work (see [`Client::close`]).
+    _last: Arc<LastHandle>,
 }
 
 impl std::fmt::Debug for Client {
@@ -330,7 +332,7 @@ impl Client {
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(unreachable("the connection's set-up (SELECT)"))?;
-        let mut executor = Executor::new(connection, config.round_trip_cap());
+        let mut executor = Executor::new(connection.clone(), config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
             let synced = Arc::new(Connection::new(
                 target.clone(),
@@ -353,7 +355,13 @@ impl Client {
                     .into(),
             )
         })?;
+        // The background work's own connection, homed on the client's thread.
+        connection.set_own_home(thread.handle().clone());
+        capped(config.connection_timeout, connection.open_own_now())
+            .await
+            .map_err(unreachable("the background connection's set-up"))?;
         let (shutdown, shutdown_rx) = watch::channel(());
+        let pending = Arc::new(crate::pending::Pending::default());
         let observe = crate::observe::Context::new(&info, &config);
         let hub = Hub::start(
             target.clone(),
@@ -385,11 +393,76 @@ impl Client {
                 hub,
                 watchdog,
                 observe,
+                pending: pending.clone(),
+                closed: std::sync::atomic::AtomicBool::new(false),
                 _shutdown: shutdown,
                 thread,
             }),
             locks: Arc::default(),
+            _last: Arc::new(LastHandle { pending }),
         })
+    }
+
+    /// Closes the client: every handle of it refuses new acquires and waits from now on
+    /// ([`Error::Closed`]); releases, renewals of what is still held and reads go on. Then waits
+    /// until the background work of this client is done (releases of dropped guards, repairs,
+    /// leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
+    /// way when a process exits never reaches Redis, and its locks stay taken until their
+    /// leases run out. Returns what was still under way when it gave up (empty: all done);
+    /// each is also logged as a warning.
+    ///
+    /// Dropping the last handle of a client waits the same way, for at most one second,
+    /// blocking the thread: a `main` that returns, or ends with `?`, flushes so. A process that
+    /// ends without dropping its client (`std::process::exit`, a `static` client) must call
+    /// `close` on a clone first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the work goes on whether or not this waits for it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let guard = client.get_lock("nightly-report").lock().await?;
+    /// // ... the work ...
+    /// drop(guard); // released in the background
+    /// let left = client.close().await;
+    /// assert!(left.is_empty(), "not released: {left:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(self) -> Vec<String> {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        let within = self.inner.config.response_timeout * 2;
+        let left = self.inner.pending.settled(within).await;
+        warn_left(&left);
+        left
+    }
+}
+
+/// Shared by every clone of a [`Client`]: its drop is the drop of the client's last handle.
+struct LastHandle {
+    pending: Arc<crate::pending::Pending>,
+}
+
+/// How long the drop of a client's last handle waits for its background work.
+const FLUSH_ON_DROP: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        // The background work runs on the client's thread, over its own connection for the
+        // releases of dropped guards: blocking here does not stop it.
+        let left = self.pending.settled_blocking(FLUSH_ON_DROP);
+        warn_left(&left);
+    }
+}
+
+fn warn_left(left: &[String]) {
+    for what in left {
+        tracing::warn!(work = %what, "the client is closing with this still under way; what it would have released frees itself when its lease runs out");
     }
 }
 

@@ -7,6 +7,12 @@
 //! connection for all keeps every command of a holder in the order it was sent, which the repair
 //! of an acquire cancelled mid-flight relies on.
 //!
+//! The client's own background work (renewals, the heartbeat, releases of dropped guards) runs
+//! on the client's thread and uses a second connection homed there, so that it never waits on a
+//! caller's runtime: a current-thread runtime blocked in synchronous work keeps its leases.
+//! Work that must follow a command of the home connection in order (the repair of an acquire
+//! whose outcome is unknown, the undo of a handover) stays on the home connection.
+//!
 //! Tokio drops the driver with its runtime, silently. A sentinel task on the home notices: once
 //! the home has ended, the next command opens a new connection on its own runtime, which becomes
 //! the home, so no command is sent into a connection known to be dead. A connection that breaks
@@ -29,6 +35,22 @@ use crate::script::capped;
 use crate::topology::Target;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
+
+tokio::task_local! {
+    /// Set around the client's own background work: its commands take the connection homed on
+    /// the client's thread.
+    static OWN: ();
+}
+
+/// Runs `work` (on the client's thread) with its commands on the client thread's own
+/// connection.
+pub(crate) async fn on_own_connection<F: Future>(work: F) -> F::Output {
+    OWN.scope((), work).await
+}
+
+fn wants_own() -> bool {
+    OWN.try_with(|_| ()).is_ok()
+}
 
 /// One open connection: to one server (alone, or the master a sentinel named), or to a cluster
 /// (one connection per node, commands routed by their key's slot).
@@ -79,6 +101,8 @@ pub(crate) struct Connection {
     /// again after a break: whatever the client held there may be gone, and the watchdog
     /// re-checks every hold.
     changes: watch::Sender<u64>,
+    /// The client's thread, where the connection of its own background work is homed.
+    own_home: std::sync::OnceLock<Handle>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -96,7 +120,12 @@ struct State {
     home: Option<Home>,
     /// The connection in use, unless it is known to be broken. Its driver runs on `home`.
     open: Option<Open>,
+    /// The connection of the client's own background work; its driver runs on the client's
+    /// thread.
+    own: Option<Open>,
     opened: u64,
+    /// Whether `own` was opened before (it is at the client's build: a re-open is a change).
+    own_opened: bool,
 }
 
 struct Open {
@@ -163,7 +192,14 @@ impl Connection {
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
             changes: watch::Sender::new(0),
+            own_home: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Homes the connection of the client's own background work on `thread` (the client's
+    /// thread). Until then that work uses the home connection.
+    pub(crate) fn set_own_home(&self, thread: Handle) {
+        let _ = self.own_home.set(thread);
     }
 
     /// Changes each time the connection was given up or opened again after the first time: the
@@ -211,6 +247,7 @@ impl Connection {
     {
         let (conn, id) = match self.current() {
             Some(open) => open,
+            None if self.own() => Box::pin(self.open_own()).await?,
             None => self.open().await?,
         };
         let result = send(conn).await;
@@ -230,7 +267,11 @@ impl Connection {
     /// Forgets the connection in use, so the next command opens a new one (to wherever the
     /// target is now: a sentinel's new master, say).
     pub(crate) fn reopen(&self) {
-        self.state().open = None;
+        {
+            let mut state = self.state();
+            state.open = None;
+            state.own = None;
+        }
         self.changes.send_modify(|n| *n += 1);
     }
 
@@ -252,9 +293,19 @@ impl Connection {
         &self.target
     }
 
+    /// Whether the caller is the client's own background work, with a thread to home its
+    /// connection on.
+    fn own(&self) -> bool {
+        self.own_home.get().is_some() && wants_own()
+    }
+
     /// The connection in use, if there is one and its home runs.
     fn current(&self) -> Option<(Conn, u64)> {
+        let own = self.own();
         let state = self.state();
+        if own {
+            return state.own.as_ref().map(|open| (open.conn.clone(), open.id));
+        }
         if !state.home.as_ref().is_some_and(Home::alive) {
             return None;
         }
@@ -266,6 +317,49 @@ impl Connection {
         if state.open.as_ref().is_some_and(|open| open.id == id) {
             state.open = None;
         }
+        if state.own.as_ref().is_some_and(|open| open.id == id) {
+            state.own = None;
+        }
+    }
+
+    /// Opens the connection of the client's own background work now, on the client's thread
+    /// (see [`set_own_home`](Self::set_own_home)), so that a failure shows at once.
+    pub(crate) async fn open_own_now(self: &Arc<Self>) -> RedisResult<()> {
+        let Some(thread) = self.own_home.get() else {
+            return Ok(());
+        };
+        let this = self.clone();
+        let open = on_own_connection(async move { this.open_own().await.map(drop) });
+        match thread.spawn(open).await {
+            Ok(opened) => opened,
+            Err(e) => Err(std::io::Error::other(format!(
+                "the task opening the background connection failed: {e}"
+            ))
+            .into()),
+        }
+    }
+
+    /// Opens the connection of the client's own background work, on the client's thread (the
+    /// caller's runtime: that work runs there). Bounded by the connection timeout.
+    async fn open_own(&self) -> RedisResult<(Conn, u64)> {
+        let _turn = self.opening.lock().await;
+        if let Some(open) = self.current() {
+            return Ok(open);
+        }
+        let conn = connect(self.target.clone(), self.config.clone()).await?;
+        let mut state = self.state();
+        state.opened += 1;
+        let id = state.opened;
+        state.own = Some(Open {
+            conn: conn.clone(),
+            id,
+        });
+        let again = std::mem::replace(&mut state.own_opened, true);
+        drop(state);
+        if again {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        Ok((conn, id))
     }
 
     /// Opens a connection: on the home while it runs, else on the caller's runtime, which

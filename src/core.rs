@@ -22,6 +22,10 @@ pub(crate) struct Core {
     pub(crate) watchdog: Watchdog,
     /// What spans and metrics say of this client's objects.
     pub(crate) observe: crate::observe::Context,
+    /// Set by [`Client::close`](crate::Client::close): no new acquire or wait is taken on.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// Background work under way, which the end of a process waits for.
+    pub(crate) pending: std::sync::Arc<crate::pending::Pending>,
     /// Dropped with the client: tells the watchdog task to stop.
     pub(crate) _shutdown: watch::Sender<()>,
     /// Runs the background work; dropped last, after everything that may still use it.
@@ -37,12 +41,25 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
+    /// `Err(Error::Closed)` once the client was closed.
+    pub(crate) fn accepting(&self) -> crate::error::Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(crate::error::Error::Closed);
+        }
+        Ok(())
+    }
+
     /// Runs background work of this client (a repair, a handover undo, leaving a fair queue) on
     /// the client's thread: the one place every lock's background work is started.
     pub(crate) fn spawn<F>(&self, work: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        let ticket = self.pending.begin("background work".into());
+        let work = async move {
+            let _ticket = ticket;
+            work.await;
+        };
         self.thread.spawn(work, || {
             tracing::warn!(
                 "the client's thread is gone, so background work (a repair, a handover undo or \
@@ -53,10 +70,18 @@ impl Core {
 
     /// Runs the release of a dropped guard of lock `lock` on the client's thread; if it cannot
     /// run there, the warning names the lock, whose lease then frees it.
+    /// The release goes over the client thread's own connection, so it never waits on a
+    /// caller's runtime (one blocked in synchronous work, or ending): the owner's next acquire
+    /// waits for it to finish, which keeps the two in order.
     pub(crate) fn spawn_release<F>(&self, lock: String, work: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        let ticket = self.pending.begin(format!("the release of `{lock}`"));
+        let work = crate::connection::on_own_connection(async move {
+            let _ticket = ticket;
+            work.await;
+        });
         self.thread.spawn(work, move || {
             tracing::warn!(lock = %lock, "the client's thread is gone, so a dropped guard's release cannot run; the lease frees the lock");
         });

@@ -46,6 +46,11 @@ pub enum Error {
         reason: RedisError,
     },
 
+    /// The client was closed ([`Client::close`](crate::Client::close)): it takes on no new
+    /// acquire or wait. Releases, renewals and reads still work.
+    #[error("the client was closed; build a new one to take locks again")]
+    Closed,
+
     /// A client was made, or a call made, outside a Tokio runtime.
     #[error(
         "ferrisson needs a Tokio runtime: create and use the client inside one (e.g. in an async fn run by #[tokio::main])"

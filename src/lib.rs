@@ -14,6 +14,7 @@ mod map;
 mod names;
 mod observe;
 mod owner;
+mod pending;
 mod pubsub;
 mod revoke;
 mod runtime;

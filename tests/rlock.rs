@@ -261,10 +261,10 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
                     .query_async(&mut raw)
                     .await
                     .unwrap();
-                connections(list) == before + 2
+                connections(list) == before + 3
             })
             .await,
-            "one command and one pub/sub connection"
+            "the callers' and the background work's command connections, and one pub/sub connection"
         );
         guard.unlock().await.unwrap();
     }
@@ -280,5 +280,74 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
         })
         .await,
         "a dropped client left connections open"
+    );
+}
+
+/// `with_lock` holds the lock while its work runs, passes the hold's token, gives the lock back
+/// and answers the work's output; tasks using it on one handle never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_runs_the_work_holding_and_gives_the_lock_back() {
+    use std::sync::Arc;
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = Arc::new(client.get_lock("scoped"));
+    let checker = Arc::new(support::Checker::default());
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (lock, checker) = (lock.clone(), checker.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let inner = lock.clone();
+                let checker = checker.clone();
+                let got = lock
+                    .with_lock(|token| async move {
+                        let start = checker.enter();
+                        assert!(inner.is_held().await.unwrap(), "held while the work runs");
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        checker.exit(token, start);
+                        token
+                    })
+                    .await
+                    .unwrap();
+                assert!(got > 0);
+            }
+        }));
+    }
+    support::join_within(Duration::from_secs(30), tasks, "with_lock contenders").await;
+    assert_eq!(checker.verify().len(), 40);
+    assert!(!lock.is_locked().await.unwrap(), "given back");
+}
+
+/// A hold lost while `with_lock`'s work runs stops the work at once and answers `LockLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_stops_the_work_when_the_hold_is_lost() {
+    let server = RedisServer::start();
+    let client = support::builder(&server)
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.get_lock("scoped-lost");
+    let mut raw = server.raw().await;
+    let deleter = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _: i64 = raw.del("scoped-lost").await.unwrap();
+    });
+    let started = std::time::Instant::now();
+    let answer = lock
+        .with_lock(|_| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            "finished"
+        })
+        .await;
+    deleter.await.unwrap();
+    assert!(
+        matches!(answer, Err(ferrisson::Error::LockLost { .. })),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the work ran on for {:?}",
+        started.elapsed()
     );
 }

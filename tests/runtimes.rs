@@ -100,6 +100,48 @@ fn leases_taken_from_a_new_runtime_are_renewed() {
     });
 }
 
+/// Renewals do not wait on the caller's runtime: a current-thread runtime (as
+/// `#[tokio::main(flavor = "current_thread")]` and `#[tokio::test]` make) blocked in synchronous
+/// work for five watchdog timeouts inside the critical section keeps its hold, and its guard
+/// dropped while that runtime is blocked is released all the same.
+#[test]
+fn a_blocked_current_thread_runtime_keeps_its_lease() {
+    let _shared = shared();
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let client = builder(&server)
+            .watchdog_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap();
+        let lock = client.get_lock("blocked");
+        let guard = lock.lock().await.unwrap();
+        // Synchronous work: this runtime's only thread does nothing else for 5 s.
+        std::thread::sleep(Duration::from_secs(5));
+        assert!(
+            !guard.is_lost(),
+            "the lease was lost while the runtime was blocked"
+        );
+        let pttl: i64 = server.raw().await.pttl("blocked").await.unwrap();
+        assert!(pttl > 0, "the key is gone (PTTL {pttl})");
+        guard.unlock().await.expect("still ours");
+
+        let guard = lock.lock().await.unwrap();
+        drop(guard);
+        // Blocked again: the dropped guard's release does not wait for this runtime.
+        std::thread::sleep(Duration::from_millis(500));
+        let exists: bool = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .and_then(|mut c| redis::cmd("EXISTS").arg("blocked").query(&mut c))
+            .unwrap();
+        assert!(
+            !exists,
+            "the dropped guard's release waited for the blocked runtime"
+        );
+    });
+}
+
 #[test]
 fn guards_dropped_in_a_new_runtime_are_released() {
     let _shared = shared();

@@ -439,21 +439,31 @@ impl Holder {
         self.keep_watch(lease, &mut guards, labels);
     }
 
-    /// One guard of `lease` no longer wants it renewed: the last one stops the renewal (the
-    /// hold is then only re-checked). Returns whether other guards still want it.
-    fn renewing_guard_gone(&self, lease: &Arc<Lease>) -> bool {
-        let mut guards = lease.guards();
-        guards.renewed = guards.renewed.saturating_sub(1);
-        self.keep_watch(lease, &mut guards, self.labels());
-        guards.renewed > 0
-    }
-
     /// Turns a watchdog-renewed guard's hold into one with a fixed lease of `lease_ms` from now
     /// (unless other guards of the same hold still want it renewed: then it is only checked),
     /// and checks on the server that the owner still holds it. `Ok(false)`, with the lease
     /// marked lost, when it does not.
     pub(crate) async fn fix_lease(&self, lease: &Arc<Lease>, lease_ms: u64) -> Result<bool> {
-        let still_renewed = self.renewing_guard_gone(lease);
+        // Renewals go over the client thread's own connection: one still on its way when the
+        // fixed lease is set would set the watchdog's lease over it. So the renewal is
+        // stopped, and any on its way awaited, before the fixed lease goes out.
+        let (still_renewed, renewing) = {
+            let mut guards = lease.guards();
+            guards.renewed = guards.renewed.saturating_sub(1);
+            let renewing = match guards.watch {
+                Some((id, Watch::Renew)) if guards.renewed == 0 => {
+                    guards.watch = None;
+                    Some(id)
+                }
+                _ => None,
+            };
+            (guards.renewed > 0, renewing)
+        };
+        if let Some(id) = renewing {
+            self.inner().watchdog.deregister_settled(id).await;
+        }
+        // Checked from now on, while a guard lives.
+        self.keep_watch(lease, &mut lease.guards(), self.labels());
         let ttl_ms = if still_renewed {
             self.lease_ms(LeaseMode::Watchdog)
         } else {

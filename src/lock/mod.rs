@@ -18,6 +18,7 @@ mod release;
 mod replies;
 mod rlock;
 mod rwlock;
+mod scoped;
 pub(crate) mod wait;
 
 use std::time::Duration;

@@ -21,6 +21,7 @@ impl Handle {
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
+        self.core.accepting()?;
         let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
         let acquire = async {
             let acquiring = self.acquiring_untainted().await;

@@ -39,7 +39,8 @@ impl<T> crate::observe::Tried for Attempt<T> {
 ///
 /// A wait budget is a deadline: with `wait` above zero, every attempt, the subscription and a
 /// handover's answer end by it, so the call returns within `wait` (and a few milliseconds)
-/// whatever Redis does. An attempt still unanswered then is dropped, which repairs a grant it
+/// whatever Redis does (an attempt sent as it ends gets 20 ms to be answered). An attempt still
+/// unanswered then is dropped, which repairs a grant it
 /// may have made in the background (as for a cancelled call). The call answers `Ok(None)` when
 /// Redis answered an earlier attempt (the lock was seen taken: it was not had in time), and a
 /// timeout when Redis answered nothing at all. Without a budget, or with a zero one
@@ -64,7 +65,11 @@ where
     // Counted from before the first attempt. No deadline: wait for ever (also for a budget too
     // large for the clock). Only a bounded wait reads the clock.
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-    let bound = deadline.filter(|_| wait != Some(Duration::ZERO));
+    // An attempt sent as the budget ends (the last look, when a nap ran to the deadline) gets
+    // a moment to be answered: a healthy server answers within it.
+    let bound = deadline
+        .filter(|_| wait != Some(Duration::ZERO))
+        .map(|d| d + ATTEMPT_GRACE);
     let first = match bound {
         None => attempt(false).await?,
         // Boxed: the timer would make every acquire's future larger.
@@ -170,6 +175,9 @@ where
     })
     .await
 }
+
+/// How long past the wait budget an attempt may still be answered.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(20);
 
 /// `attempt`'s answer, unless `deadline` passes first (the attempt is dropped then, and repairs
 /// what it may have done).

@@ -256,6 +256,7 @@ impl RCountDownLatch {
 
     async fn wait(&self, wait: Option<Duration>) -> Result<bool> {
         let inner = &self.core;
+        inner.accepting()?;
         let observed = Acquire::start(&inner.observe, "latch", self.name(), wait);
         let opened = || observed.attempt(async { Ok(self.get_count().await? == 0) });
         let waited = super::wait_until(inner, &self.channel, Wake::All, wait, opened);

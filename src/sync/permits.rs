@@ -462,6 +462,7 @@ impl RPermitExpirableSemaphore {
         let n = checked(n)?;
         let fixed = lease.map(checked_lease).transpose()?;
         let channel = &self.shared.channel;
+        self.inner().accepting()?;
         let observed = Acquire::start(&self.inner().observe, "permit", self.name(), wait);
         let attempt = || observed.attempt(self.attempt(n, fixed));
         let waited = wait_for(self.inner(), channel, Wake::Count, wait, attempt);

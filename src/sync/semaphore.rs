@@ -332,6 +332,7 @@ impl RSemaphore {
         self.check()?;
         let n = checked(n)?;
         let channel = &self.shared.channel;
+        self.inner().accepting()?;
         let observed = Acquire::start(&self.inner().observe, "semaphore", self.name(), wait);
         let attempt = || observed.attempt(self.attempt(n));
         let waited = super::wait_until(self.inner(), channel, Wake::Count, wait, attempt);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::connection::on_own_connection;
 use crate::lease::Lease;
 use crate::map::Map;
 use crate::names;
@@ -193,12 +194,19 @@ impl Watchdog {
     ) -> Self {
         let shared = Arc::new(Shared::default());
         let changes = executor.connection_changes();
-        runtime.spawn(heartbeat::heartbeat(
+        // On the client thread's own connection: renewals never wait on a caller's runtime.
+        runtime.spawn(on_own_connection(heartbeat::heartbeat(
             Arc::downgrade(&shared),
             executor.clone(),
             shutdown.clone(),
-        ));
-        runtime.spawn(run(shared.clone(), executor, lease, shutdown, changes));
+        )));
+        runtime.spawn(on_own_connection(run(
+            shared.clone(),
+            executor,
+            lease,
+            shutdown,
+            changes,
+        )));
         Watchdog { shared, lease }
     }
 

@@ -10,7 +10,9 @@
 //! revocable kinds take a lock (`revocable`, `revocable-unheard`) or a permit
 //! (`permit-revocable`), print `REVOKED` once a revocation is requested, release, and exit:
 //! `revocable-unheard` never listens for the request's message and learns of it from its
-//! watchdog's renewals only.
+//! watchdog's renewals only. `exit-holding` takes the lock and returns from `main` with the
+//! guard alive (the last handle's drop flushes its release); `close-then-exit` drops its guard,
+//! calls `Client::close` and ends with `std::process::exit`.
 
 use std::time::Duration;
 
@@ -54,6 +56,29 @@ async fn main() {
     }
     let client = &clients[0];
     match kind {
+        "exit-holding" => {
+            let _guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", _guard.fencing_token());
+            return; // the guard drops, then the clients: as a `main` ending with `?` does
+        }
+        "close-then-exit" => {
+            let guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", guard.fencing_token());
+            drop(guard);
+            let left = clients.remove(0).close().await;
+            if !left.is_empty() {
+                fail(4, &format!("not done: {left:?}"));
+            }
+            std::process::exit(0);
+        }
         "revocable" | "revocable-unheard" => {
             let guard = client
                 .get_lock(name)

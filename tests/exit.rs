@@ -1,0 +1,79 @@
+//! A process that ends while it holds a lock gives it back on its way out: returning from
+//! `main` with a guard alive (the drop of the client's last handle waits for the release), or
+//! calling `Client::close` before `std::process::exit`. The next process gets the lock at once,
+//! not when the 30 s lease runs out.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{HolderProcess, RedisServer, client};
+
+async fn next_process_gets_it_at_once(kind: &str) {
+    let server = RedisServer::start();
+    let mut holder = HolderProcess::spawn(&server, "job", 30_000, kind);
+    holder.locked(Duration::from_secs(10)).await;
+    assert_eq!(holder.exit_code(Duration::from_secs(10)).await, Some(0));
+    let exited = Instant::now();
+    let next = client(&server).await;
+    let lock = next.get_lock("job");
+    let guard = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{kind}: the lock is still held after the holder exited"));
+    eprintln!(
+        "{kind}: locked {:?} after the holder exited",
+        exited.elapsed()
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_from_main_with_a_guard_alive_releases_it() {
+    next_process_gets_it_at_once("exit-holding").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_before_process_exit_releases_what_was_dropped() {
+    next_process_gets_it_at_once("close-then-exit").await;
+}
+
+/// `close` waits for the releases of dropped guards, and the client then takes on no new
+/// acquire, through any handle; a guard held across it still gives its lock back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_client_finishes_its_releases_and_takes_no_new_lock() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.get_lock("closing");
+    let kept = client.get_lock("kept").lock().await.unwrap();
+    for i in 0..20 {
+        drop(
+            client
+                .get_lock(&format!("dropped:{i}"))
+                .lock()
+                .await
+                .unwrap(),
+        );
+    }
+    let left = client.clone().close().await;
+    assert!(left.is_empty(), "still under way: {left:?}");
+    let mut raw = server.raw().await;
+    for i in 0..20 {
+        let exists: bool = redis::AsyncCommands::exists(&mut raw, format!("dropped:{i}"))
+            .await
+            .unwrap();
+        assert!(
+            !exists,
+            "dropped:{i} was not released by the time close returned"
+        );
+    }
+    assert!(matches!(lock.lock().await, Err(ferrisson::Error::Closed)));
+    assert!(matches!(
+        client.get_fair_lock("other").try_lock().await,
+        Err(ferrisson::Error::Closed)
+    ));
+    kept.unlock()
+        .await
+        .expect("a hold from before still gives its lock back");
+}
