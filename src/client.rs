@@ -411,8 +411,9 @@ impl Client {
     /// leases run out. Returns what was still under way when it gave up (empty: all done);
     /// each is also logged as a warning.
     ///
-    /// Dropping the last handle of a client waits the same way, for at most one second,
-    /// blocking the thread: a `main` that returns, or ends with `?`, flushes so. A process that
+    /// Dropping the last handle of a client waits for the releases of dropped guards (which go
+    /// over the client thread's own connection) for at most one second, blocking the thread:
+    /// a `main` that returns, or ends with `?`, flushes so. A process that
     /// ends without dropping its client (`std::process::exit`, a `static` client) must call
     /// `close` on a clone first.
     ///

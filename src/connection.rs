@@ -97,6 +97,9 @@ pub(crate) struct Connection {
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
     opening: tokio::sync::Mutex<()>,
+    /// The same for the background work's own connection (its own, so that an opening stuck
+    /// on a blocked caller's runtime never holds it up).
+    opening_own: tokio::sync::Mutex<()>,
     /// Goes up when the connection was given up (a sentinel named another master) or opened
     /// again after a break: whatever the client held there may be gone, and the watchdog
     /// re-checks every hold.
@@ -191,6 +194,7 @@ impl Connection {
             response_timeout,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
+            opening_own: tokio::sync::Mutex::new(()),
             changes: watch::Sender::new(0),
             own_home: std::sync::OnceLock::new(),
         }
@@ -342,7 +346,7 @@ impl Connection {
     /// Opens the connection of the client's own background work, on the client's thread (the
     /// caller's runtime: that work runs there). Bounded by the connection timeout.
     async fn open_own(&self) -> RedisResult<(Conn, u64)> {
-        let _turn = self.opening.lock().await;
+        let _turn = self.opening_own.lock().await;
         if let Some(open) = self.current() {
             return Ok(open);
         }

@@ -55,7 +55,9 @@ impl Core {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let ticket = self.pending.begin("background work".into());
+        let ticket = self
+            .pending
+            .begin("background work (a repair, a queue leave)".into(), false);
         let work = async move {
             let _ticket = ticket;
             work.await;
@@ -77,7 +79,7 @@ impl Core {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let ticket = self.pending.begin(format!("the release of `{lock}`"));
+        let ticket = self.pending.begin(format!("the release of `{lock}`"), true);
         let work = crate::connection::on_own_connection(async move {
             let _ticket = ticket;
             work.await;

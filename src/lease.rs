@@ -86,16 +86,22 @@ impl Lease {
             .min(u64::MAX as u128) as u64
     }
 
-    /// A reentrant grant sent at `sent_at` set the TTL to `lease_ms`, possibly shorter.
+    /// A reentrant grant sent at `sent_at`, answered just now, set the TTL to `lease_ms`,
+    /// possibly shorter.
     pub(crate) fn extended(&self, sent_at: Instant, lease_ms: u64) {
         let sent = self.offset_us(sent_at);
-        self.extended_us.fetch_max(sent, Ordering::AcqRel);
+        // Renewals go over another connection than grants: only one sent after this answer
+        // surely ran after the grant (see `renewed`).
+        let answered = self.offset_us(Instant::now()).max(sent);
+        self.extended_us.fetch_max(answered, Ordering::AcqRel);
         let until = sent.saturating_add(lease_ms.saturating_mul(1000));
         self.deadline_us.store(until, Ordering::Release);
         self.lease_ms.store(lease_ms, Ordering::Relaxed);
     }
 
-    /// A renewal sent at `sent_at` confirmed the hold; never moves the deadline backwards.
+    /// A renewal sent at `sent_at` confirmed the hold; never moves the deadline backwards. One
+    /// sent before the last reentrant grant was answered is ignored: it may have run after
+    /// that grant set a shorter TTL, or before it.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
         if self.offset_us(sent_at) < self.extended_us.load(Ordering::Acquire) {
             return;
@@ -217,6 +223,25 @@ mod tests {
             "the short TTL stands"
         );
         lease.renewed(start + Duration::from_millis(3), Duration::from_secs(60));
+        assert!(lease.deadline() > start + Duration::from_secs(59));
+    }
+
+    /// Renewals and grants go over two connections: a renewal sent after a reentrant grant was
+    /// sent but before it was answered may have run first, so it does not count either.
+    #[tokio::test]
+    async fn a_renewal_sent_before_a_reentrant_grant_was_answered_does_not_count() {
+        let start = Instant::now();
+        let lease = Lease::new(1, start, 60_000);
+        let grant_sent = Instant::now();
+        let renewal_sent = Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await; // the grant's round trip
+        lease.extended(grant_sent, 50);
+        lease.renewed(renewal_sent, Duration::from_secs(60));
+        assert!(
+            lease.deadline() < start + Duration::from_secs(1),
+            "the short TTL stands"
+        );
+        lease.renewed(Instant::now(), Duration::from_secs(60));
         assert!(lease.deadline() > start + Duration::from_secs(59));
     }
 

@@ -19,8 +19,9 @@ pub(crate) struct Pending {
 #[derive(Debug, Default)]
 struct State {
     next: u64,
-    /// What each piece of work is about (a lock name).
-    work: Map<u64, String>,
+    /// What each piece of work is about (a lock name), and whether it goes over the client
+    /// thread's own connection (it can finish while the caller's runtime is blocked).
+    work: Map<u64, (String, bool)>,
 }
 
 /// One piece of work; its end is its drop (finished, or dropped with the runtime).
@@ -34,9 +35,10 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.pending.state();
         state.work.remove(&self.id);
-        if state.work.is_empty() {
-            drop(state);
-            self.pending.idle.notify_all();
+        let empty = state.work.is_empty();
+        drop(state);
+        self.pending.idle.notify_all();
+        if empty {
             self.pending.idle_async.notify_waiters();
         }
     }
@@ -47,12 +49,13 @@ impl Pending {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a piece of work about `what` until the ticket is dropped.
-    pub(crate) fn begin(self: &Arc<Self>, what: String) -> Ticket {
+    /// Counts a piece of work about `what` until the ticket is dropped; `own`: it goes over
+    /// the client thread's own connection.
+    pub(crate) fn begin(self: &Arc<Self>, what: String, own: bool) -> Ticket {
         let mut state = self.state();
         let id = state.next;
         state.next += 1;
-        state.work.insert(id, what);
+        state.work.insert(id, (what, own));
         Ticket {
             pending: self.clone(),
             id,
@@ -61,7 +64,7 @@ impl Pending {
 
     /// What is still under way (sorted, one entry per piece of work).
     fn left(state: &State) -> Vec<String> {
-        let mut left: Vec<String> = state.work.values().cloned().collect();
+        let mut left: Vec<String> = state.work.values().map(|(w, _)| w.clone()).collect();
         left.sort_unstable();
         left
     }
@@ -84,21 +87,26 @@ impl Pending {
         }
     }
 
-    /// As [`settled`](Self::settled), blocking the calling thread (for a drop).
+    /// As [`settled`](Self::settled), blocking the calling thread (for a drop), for the work
+    /// over the client thread's own connection only: the rest may need the caller's runtime,
+    /// which the wait blocks (a current-thread runtime), so it is not waited for (it goes on
+    /// while the process does). Returns the work of the own connection left then.
     pub(crate) fn settled_blocking(&self, within: Duration) -> Vec<String> {
         let deadline = Instant::now() + within;
         let mut state = self.state();
         loop {
-            if state.work.is_empty() {
-                return Vec::new();
+            let mut left: Vec<String> = (state.work.values())
+                .filter(|(_, own)| *own)
+                .map(|(w, _)| w.clone())
+                .collect();
+            if left.is_empty() || Instant::now() >= deadline {
+                left.sort_unstable();
+                return left;
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Self::left(&state);
-            }
             state = self
                 .idle
-                .wait_timeout(state, deadline - now)
+                .wait_timeout(state, deadline.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -112,7 +120,7 @@ mod tests {
     #[test]
     fn a_blocking_wait_ends_when_the_work_does() {
         let pending = Arc::new(Pending::default());
-        let ticket = pending.begin("orders".into());
+        let ticket = pending.begin("orders".into(), true);
         assert_eq!(
             pending.settled_blocking(Duration::from_millis(10)),
             vec!["orders".to_owned()]
@@ -129,8 +137,8 @@ mod tests {
     #[tokio::test]
     async fn an_async_wait_ends_when_the_work_does() {
         let pending = Arc::new(Pending::default());
-        let ticket = pending.begin("a".into());
-        let _other = pending.begin("b".into());
+        let ticket = pending.begin("a".into(), true);
+        let _other = pending.begin("b".into(), false);
         drop(ticket);
         assert_eq!(
             pending.settled(Duration::from_millis(20)).await,

@@ -231,3 +231,34 @@ async fn a_dropped_connection_leaves_a_fixed_lease_as_it_was() {
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
+
+/// `update_lease` on a permit with a fixed lease while its re-check is on its way (the server
+/// paused, the heartbeat found it silent) returns once the check came back, never hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_lease_during_a_recheck_returns() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let permits = client.get_permit_expirable_semaphore("fixed:update");
+    permits.try_set_permits(1).await.unwrap();
+    let permit = permits
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    // The heartbeat (every second) times out, and the re-check of the permit waits in the pause.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let updated = tokio::time::timeout(
+        Duration::from_secs(8),
+        permit.update_lease(Duration::from_secs(30)),
+    )
+    .await
+    .expect("update_lease returns once the re-check is back");
+    updated.unwrap();
+    permit.release().await.unwrap();
+}

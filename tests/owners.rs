@@ -396,6 +396,25 @@ async fn a_hold_given_back_is_never_reentered_by_the_next_acquire() {
     );
 }
 
+/// A read guard dropped (its release runs in the background) and the write lock taken right
+/// after by the same task: the write acquire goes after that release, never finding read holds
+/// being given back (`UpgradeNotSupported`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_read_guard_never_blocks_the_same_tasks_write_lock() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let rw = client.get_read_write_lock("down-up");
+    for round in 0..200 {
+        drop(rw.read_lock().lock().await.unwrap());
+        let write = rw
+            .write_lock()
+            .lock()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(write);
+    }
+}
+
 /// Plain threads (and `spawn_blocking`) driving one shared handle with `block_on` are separate
 /// owners too: the thread stands for the task outside any task.
 #[test]

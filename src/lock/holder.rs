@@ -25,7 +25,7 @@ use crate::lock::handover::{HandedHold, LocalWaiters};
 use crate::lock::in_flight::{InFlight, Queued};
 use crate::lock::leftover::Leftovers;
 pub(crate) use crate::lock::ops::LockOps;
-use crate::lock::owner::Owner;
+use crate::lock::owner::{Owner, Side};
 use crate::lock::replies::{Acquired, run_acquire};
 use crate::lock::wait::{self, Attempt};
 use crate::observe::Labels;
@@ -250,6 +250,15 @@ impl Holder {
                 // Another owner of this client holds it: it hands the lock over or publishes.
                 return Ok(Attempt::Busy { ttl: Some(left) });
             }
+        }
+        if self.ops().family() == "rw" {
+            // A release of the owner's other side still under way (a dropped read guard's,
+            // say) goes first: a write acquire must not find read holds being given back.
+            let other = match self.ops().side() {
+                Side::Main => Side::Write,
+                Side::Write => Side::Main,
+            };
+            drop(self.owner.holds(other).lock().await);
         }
         let holds = self.holds().clone().lock_owned().await;
         let owner = &self.owner;

@@ -81,7 +81,7 @@ pub(super) async fn heartbeat(
 }
 
 /// A digest of which master serves which slots, from a `CLUSTER SLOTS` reply: each range's
-/// bounds and its master's address and id (replicas left out), in a fixed order whichever node
+/// bounds and its master's node id (replicas left out), in a fixed order whichever node
 /// answered.
 fn masters_digest(map: &redis::Value) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -89,7 +89,15 @@ fn masters_digest(map: &redis::Value) -> u64 {
         redis::Value::Array(ranges) => ranges
             .iter()
             .map(|range| match range {
-                redis::Value::Array(parts) => format!("{:?}", &parts[..parts.len().min(3)]),
+                // The range and its master's node id (the address differs by who answers: an
+                // IP, a hostname).
+                redis::Value::Array(parts) => {
+                    let master_id = match parts.get(2) {
+                        Some(redis::Value::Array(node)) => node.get(2),
+                        _ => None,
+                    };
+                    format!("{:?} {:?} {master_id:?}", parts.first(), parts.get(1))
+                }
                 other => format!("{other:?}"),
             })
             .collect(),

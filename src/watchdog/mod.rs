@@ -422,7 +422,12 @@ fn settle_checks(
     let now = Instant::now();
     for (id, renewal, held) in checked {
         let Some(entry) = registry.entries.get_mut(&id) else {
-            continue; // the hold was given back meanwhile
+            // Deregistered while the check was on its way: whoever waits for it to settle
+            // (see `deregister_settled`) goes on.
+            for waiter in registry.settling.remove(&id).unwrap_or_default() {
+                let _ = waiter.send(());
+            }
+            continue;
         };
         entry.in_flight = false;
         match held {
