@@ -50,22 +50,8 @@ async fn query<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, cmd: 
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
-/// Makes `master` drop its replicas' links (they are frozen already) and keep taking writes,
-/// then writes [`MARKER`] there.
-async fn cut_off(master: &mut MultiplexedConnection) {
-    let _: () = query(
-        master,
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("min-replicas-to-write")
-            .arg(0),
-    )
-    .await;
-    let _: i64 = query(
-        master,
-        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
-    )
-    .await;
+/// Writes [`MARKER`] on `master`, whose replicas were cut off.
+async fn mark(master: &mut MultiplexedConnection) {
     let _: () = query(master, redis::cmd("SET").arg(MARKER).arg(1)).await;
 }
 
@@ -94,16 +80,8 @@ async fn sentinel_failover_to_a_replica_cut_off_never_repeats_a_token() {
         clients(|| Client::builder().sentinel(setup.master_name(), setup.sentinel_urls())).await;
     let chaos = Chaos::start(&clients, NAME, 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let master = setup.master_port().await;
-    let replicas: Vec<u16> = setup
-        .data_ports()
-        .into_iter()
-        .filter(|p| *p != master)
-        .collect();
-    for port in &replicas {
-        setup.pause(*port);
-    }
-    cut_off(&mut setup.raw_master().await).await;
+    let replicas = setup.cut_off_replicas().await;
+    mark(&mut setup.raw_master().await).await;
     let cut = chaos.grants();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -112,9 +90,7 @@ async fn sentinel_failover_to_a_replica_cut_off_never_repeats_a_token() {
     );
     let old = setup.kill_master().await;
     let killed = Instant::now();
-    for port in &replicas {
-        setup.resume(*port);
-    }
+    setup.resume_all(&replicas);
     let (new, took) = setup.wait_new_master(old).await;
     let named = Instant::now();
     eprintln!("master {old} killed; {new} named after {took:?}");
@@ -156,12 +132,8 @@ async fn cluster_failover_to_a_replica_cut_off_never_repeats_a_token() {
     let clients = clients(|| Client::builder().cluster(seeds.clone())).await;
     let chaos = Chaos::start(&clients, NAME, 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let master = cluster.master_for_key(NAME).await;
-    let replicas = cluster.replicas_for_key(NAME).await;
-    for port in &replicas {
-        cluster.pause(*port);
-    }
-    cut_off(&mut cluster.raw_node(master).await).await;
+    let (master, replicas) = cluster.cut_off_replicas_of(NAME).await;
+    mark(&mut cluster.raw_node(master).await).await;
     let cut = chaos.grants();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -170,9 +142,7 @@ async fn cluster_failover_to_a_replica_cut_off_never_repeats_a_token() {
     );
     let killed_port = cluster.kill_master_of(NAME).await;
     let killed = Instant::now();
-    for port in &replicas {
-        cluster.resume(*port);
-    }
+    cluster.resume_all(&replicas);
     let (promoted, took) = cluster.wait_promoted(killed_port).await;
     let named = Instant::now();
     eprintln!("master {killed_port} killed; {promoted} promoted after {took:?}");
@@ -222,23 +192,11 @@ async fn cluster_grants_lost_in_a_failover_are_known_lost_and_never_repeat_a_tok
         .build()
         .await
         .unwrap();
-    let master = cluster.master_for_key("{lost}").await;
-    let replicas = cluster.replicas_for_key("{lost}").await;
-    for port in &replicas {
-        cluster.pause(*port);
-    }
-    let mut raw = cluster.raw_node(master).await;
-    let _: i64 = query(
-        &mut raw,
-        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
-    )
-    .await;
+    let (_, replicas) = cluster.cut_off_replicas_of("{lost}").await;
     let held = EveryKind::hold(&client, "{lost}").await;
 
     let killed = cluster.kill_master_of("{lost}").await;
-    for port in &replicas {
-        cluster.resume(*port);
-    }
+    cluster.resume_all(&replicas);
     let (promoted, took) = cluster.wait_promoted(killed).await;
     let named = Instant::now();
     eprintln!("master {killed} killed; {promoted} promoted after {took:?}");

@@ -27,26 +27,6 @@ async fn client_with(
     tweak(builder).build().await.expect("a sentinel client")
 }
 
-/// Freezes (SIGSTOP) every replica of the master now; returns them for [`thaw`].
-async fn freeze_replicas(setup: &RedisSentinels) -> Vec<u16> {
-    let master = setup.master_port().await;
-    let replicas: Vec<u16> = setup
-        .data_ports()
-        .into_iter()
-        .filter(|p| *p != master)
-        .collect();
-    for port in &replicas {
-        setup.pause(*port);
-    }
-    replicas
-}
-
-fn thaw(setup: &RedisSentinels, replicas: &[u16]) {
-    for port in replicas {
-        setup.resume(*port);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_a_killed_master_and_grants_resume() {
     let mut setup = RedisSentinels::start().await;
@@ -205,11 +185,11 @@ async fn a_synced_grant_survives_a_failover() {
 async fn a_grant_no_replica_acknowledges_is_undone() {
     let setup = RedisSentinels::start().await;
     let client = client_with(&setup, |b| b.sync_replicas(1, Duration::from_millis(300))).await;
-    let replicas = freeze_replicas(&setup).await;
+    let replicas = setup.pause_replicas().await;
     let asked = Instant::now();
     let result = client.get_lock("unsynced:key").try_lock().await;
     let took = asked.elapsed();
-    thaw(&setup, &replicas);
+    setup.resume_all(&replicas);
     assert!(
         matches!(
             result,
@@ -240,26 +220,10 @@ async fn a_grant_no_replica_acknowledges_is_undone() {
 async fn a_grant_lost_in_a_failover_is_known_lost_soon_after_the_new_master_is_named() {
     let mut setup = RedisSentinels::start().await;
     let client = client_with(&setup, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
-    let mut master = setup.raw_master().await;
-    // Writes go on with no replica linked (the harness asks for one).
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("min-replicas-to-write")
-        .arg(0)
-        .query_async(&mut master)
-        .await
-        .unwrap();
-    let replicas = freeze_replicas(&setup).await;
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query_async(&mut master)
-        .await
-        .unwrap();
+    let replicas = setup.cut_off_replicas().await;
     let held = EveryKind::hold(&client, "lost-in-failover").await;
     let old = setup.kill_master().await;
-    thaw(&setup, &replicas);
+    setup.resume_all(&replicas);
     let (new, took) = setup.wait_new_master(old).await;
     let named = Instant::now();
     eprintln!("master {old} killed; {new} named after {took:?}");
@@ -290,9 +254,9 @@ async fn a_permit_no_replica_acknowledges_is_given_back() {
     assert!(permits.try_set_permits(1).await.unwrap());
     let granted = permits.acquire().await.unwrap();
     granted.release().await.unwrap();
-    let replicas = freeze_replicas(&setup).await;
+    let replicas = setup.pause_replicas().await;
     let result = permits.try_acquire().await;
-    thaw(&setup, &replicas);
+    setup.resume_all(&replicas);
     assert!(
         matches!(
             result,

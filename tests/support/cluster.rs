@@ -569,6 +569,26 @@ impl RedisCluster {
         shard.master
     }
 
+    /// Freezes the replicas of `key`'s master and makes that master drop their links (see
+    /// [`drop_replica_links`]): they miss what it writes from
+    /// now on. Returns the master and the replicas (for [`resume_all`](Self::resume_all)).
+    pub async fn cut_off_replicas_of(&self, key: &str) -> (u16, Vec<u16>) {
+        let master = self.master_for_key(key).await;
+        let replicas = self.replicas_for_key(key).await;
+        for port in &replicas {
+            self.pause(*port);
+        }
+        drop_replica_links(&mut self.raw_node(master).await).await;
+        (master, replicas)
+    }
+
+    /// Thaws every one of `ports`.
+    pub fn resume_all(&self, ports: &[u16]) {
+        for port in ports {
+            self.resume(*port);
+        }
+    }
+
     /// SIGKILLs one node, whatever its role.
     pub fn kill_node(&mut self, port: u16) {
         self.node_mut(port).kill();
@@ -892,4 +912,25 @@ async fn slot_map(port: u16) -> Result<Vec<Shard>, String> {
     }
     shards.sort_by_key(|s| s.slots[0]);
     Ok(shards)
+}
+
+/// Makes the master behind `master` keep taking writes with no replica linked (a sentinel
+/// setup's nodes ask for one) and drop its replicas' links: replicas frozen before then miss
+/// every write from now on (a frozen replica alone still finds the stream in its socket on
+/// thaw, and applies it).
+pub async fn drop_replica_links(master: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(0)
+        .query_async(master)
+        .await
+        .expect("CONFIG SET min-replicas-to-write 0");
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(master)
+        .await
+        .expect("CLIENT KILL TYPE replica");
 }

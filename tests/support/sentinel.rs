@@ -182,6 +182,37 @@ impl RedisSentinels {
         roles
     }
 
+    /// Freezes (SIGSTOP) every replica of the master now; returns them for
+    /// [`resume_all`](Self::resume_all).
+    pub async fn pause_replicas(&self) -> Vec<u16> {
+        let master = self.master_port().await;
+        let replicas: Vec<u16> = self
+            .data_ports()
+            .into_iter()
+            .filter(|p| *p != master)
+            .collect();
+        for port in &replicas {
+            self.pause(*port);
+        }
+        replicas
+    }
+
+    /// Freezes every replica and makes the master drop their links and take writes without
+    /// them (see [`drop_replica_links`](super::cluster::drop_replica_links)): they miss what it
+    /// writes from now on. Returns them for [`resume_all`](Self::resume_all).
+    pub async fn cut_off_replicas(&self) -> Vec<u16> {
+        let replicas = self.pause_replicas().await;
+        super::cluster::drop_replica_links(&mut self.raw_master().await).await;
+        replicas
+    }
+
+    /// Thaws every one of `ports`.
+    pub fn resume_all(&self, ports: &[u16]) {
+        for port in ports {
+            self.resume(*port);
+        }
+    }
+
     /// SIGKILLs the master the sentinels name; returns its port.
     pub async fn kill_master(&mut self) -> u16 {
         let port = self.master_port().await;
