@@ -55,13 +55,7 @@ impl Core {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let ticket = self
-            .pending
-            .begin("background work (a repair, a queue leave)".into(), false);
-        let work = async move {
-            let _ticket = ticket;
-            work.await;
-        };
+        let work = self.counted("background work (a repair, a queue leave)", false, work);
         self.thread.spawn(work, || {
             tracing::warn!(
                 "the client's thread is gone, so background work (a repair, a handover undo or \
@@ -79,13 +73,28 @@ impl Core {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let ticket = self.pending.begin(format!("the release of `{lock}`"), true);
-        let work = crate::connection::on_own_connection(async move {
-            let _ticket = ticket;
-            work.await;
-        });
+        let work = self.counted(format!("the release of `{lock}`"), true, work);
+        let work = crate::connection::on_own_connection(work);
         self.thread.spawn(work, move || {
             tracing::warn!(lock = %lock, "the client's thread is gone, so a dropped guard's release cannot run; the lease frees the lock");
         });
+    }
+
+    /// `work`, counted as pending (see [`Pending`](crate::pending::Pending)) until it ends;
+    /// `own`: it goes over the client thread's own connection.
+    fn counted<F>(
+        &self,
+        what: impl Into<String>,
+        own: bool,
+        work: F,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let ticket = self.pending.begin(what.into(), own);
+        async move {
+            let _ticket = ticket;
+            work.await;
+        }
     }
 }

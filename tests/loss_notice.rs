@@ -17,54 +17,10 @@ async fn a_restart_without_persistence_marks_every_renewed_hold_lost_at_once() {
     let mut server = RedisServer::start();
     // The default 30 s lease: the next regular renewal is 10 s away.
     let client = client(&server).await;
-    let rw = client.get_read_write_lock("gone:rw");
-    let guards = [
-        ("plain", client.get_lock("gone:plain").lock().await.unwrap()),
-        (
-            "fair",
-            client.get_fair_lock("gone:fair").lock().await.unwrap(),
-        ),
-        (
-            "fenced",
-            client
-                .get_fenced_lock("gone:fenced")
-                .lock_and_get_token()
-                .await
-                .unwrap()
-                .1,
-        ),
-        ("read", rw.read_lock().lock().await.unwrap()),
-        (
-            "mutex",
-            client.get_mutex("gone:mutex").lock().await.unwrap(),
-        ),
-    ];
-    let write = client
-        .get_read_write_lock("gone:rw2")
-        .write_lock()
-        .lock()
-        .await
-        .unwrap();
-    let permits = client.get_permit_expirable_semaphore("gone:permits");
-    permits.try_set_permits(1).await.unwrap();
-    let permit = permits.acquire().await.unwrap();
-
+    let held = support::chaos::EveryKind::hold(&client, "gone").await;
     server.restart(); // back at once, empty
     let back = Instant::now();
-    for (what, guard) in guards.iter().chain([("write", write)].iter()) {
-        assert!(
-            tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), guard.lost())
-                .await
-                .is_ok(),
-            "{what}: not told within {NOTICE:?} that the restarted server lost its hold"
-        );
-    }
-    assert!(
-        tokio::time::timeout(NOTICE.saturating_sub(back.elapsed()), permit.lost())
-            .await
-            .is_ok(),
-        "the permit: not told within {NOTICE:?}"
-    );
+    held.assert_lost_by(back + NOTICE).await;
     eprintln!(
         "every hold known lost {:?} after the restart",
         back.elapsed()

@@ -355,98 +355,106 @@ async fn run(
         let failed = results.iter().any(|(_, result)| result.is_err())
             || checked.iter().any(|(_, _, held)| held.is_err());
         let retry_in = if rechecking { RECHECK_RETRY } else { retry };
+        let now = Instant::now();
+        // A renewal that failed goes again after `retry_in`; a check of a fixed lease only while
+        // re-checking, else at the next connection change.
+        let again = |checked_only: bool| match (checked_only, rechecking) {
+            (true, false) => now + NOT_DUE,
+            _ => now + retry_in,
+        };
         let mut registry = shared.registry();
-        settle_checks(&mut registry, checked, rechecking.then_some(RECHECK_RETRY));
-        rechecking &= failed;
-        for (chunk, (sent_at, result)) in chunks.into_iter().zip(results) {
-            if let Err(e) = &result {
+        for (id, renewal, held) in &checked {
+            let answer = match held {
+                Ok(true) => Answer::Held {
+                    revoked: false,
+                    renewed: None,
+                },
+                Ok(false) => Answer::Gone,
+                Err(e) => Answer::Failed(e),
+            };
+            settle(&mut registry, *id, renewal, answer, again);
+        }
+        for (chunk, (sent_at, result)) in chunks.into_iter().zip(&results) {
+            if let Err(e) = result {
                 crate::observe::renewals_failed(chunk.len(), e)
             }
             for (i, (id, renewal)) in chunk.iter().enumerate() {
-                let Some(entry) = registry.entries.get_mut(id) else {
-                    // Deregistered while the renewal was on its way.
-                    for waiter in registry.settling.remove(id).unwrap_or_default() {
-                        let _ = waiter.send(());
-                    }
-                    continue;
-                };
-                entry.in_flight = false;
-                match &result {
-                    Ok(renewed)
-                        if let Some(revoked) = renewed
-                            .get(i)
-                            .and_then(|a| renewal.target.answer(*a, &renewal.lease)) =>
+                let answer = match result {
+                    Ok(renewed) => match renewed
+                        .get(i)
+                        .and_then(|a| renewal.target.answer(*a, &renewal.lease))
                     {
-                        renewal.lease.renewed(sent_at, lease);
-                        entry.next_due = sent_at + lease / 3;
-                        if revoked {
-                            renewal.lease.mark_revoked();
-                        }
-                    }
-                    Ok(_) => {
-                        crate::observe::lease_lost(
-                            &renewal.labels,
-                            renewal.target.key(),
-                            crate::observe::Lost::NotHeld,
-                            None,
-                        );
-                        renewal.lease.mark_lost();
-                        registry.entries.remove(id);
-                    }
-                    Err(e) if renewal.lease.is_lost() => {
-                        crate::observe::lease_lost(
-                            &renewal.labels,
-                            renewal.target.key(),
-                            crate::observe::Lost::Expired,
-                            Some(e),
-                        );
-                        registry.entries.remove(id);
-                    }
-                    Err(_) => {
-                        entry.next_due = Instant::now() + retry_in;
-                    }
-                }
+                        Some(revoked) => Answer::Held {
+                            revoked,
+                            renewed: Some((*sent_at, lease)),
+                        },
+                        None => Answer::Gone,
+                    },
+                    Err(e) => Answer::Failed(e),
+                };
+                settle(&mut registry, *id, renewal, answer, again);
             }
         }
+        rechecking &= failed;
     }
 }
 
-/// Takes in what the re-checks of fixed leases found: a hold still there waits for the next
-/// connection change, a vanished one is lost; one that could not be checked is checked again
-/// after `retry` while re-checking, else at the next change.
-fn settle_checks(
+/// What a renewal or a check of one hold found.
+enum Answer<'a> {
+    /// Still held; renewed (sent at, for the lease) unless only checked.
+    Held {
+        revoked: bool,
+        renewed: Option<(Instant, Duration)>,
+    },
+    /// No longer held: the lease is lost.
+    Gone,
+    Failed(&'a crate::Error),
+}
+
+/// Takes in what a renewal or check of entry `id` found; `again` says when an entry whose call
+/// failed is due again (by whether it is only checked).
+fn settle(
     registry: &mut Registry,
-    checked: Vec<(u64, Arc<Renewal>, crate::Result<bool>)>,
-    retry: Option<Duration>,
+    id: u64,
+    renewal: &Renewal,
+    answer: Answer<'_>,
+    again: impl Fn(bool) -> Instant,
 ) {
-    let now = Instant::now();
-    for (id, renewal, held) in checked {
-        let Some(entry) = registry.entries.get_mut(&id) else {
-            // Deregistered while the check was on its way: whoever waits for it to settle
-            // (see `deregister_settled`) goes on.
-            for waiter in registry.settling.remove(&id).unwrap_or_default() {
-                let _ = waiter.send(());
-            }
-            continue;
-        };
-        entry.in_flight = false;
-        match held {
-            Ok(true) => entry.next_due = now + NOT_DUE,
-            Ok(false) => {
-                crate::observe::lease_lost(
-                    &renewal.labels,
-                    renewal.target.key(),
-                    crate::observe::Lost::NotHeld,
-                    None,
-                );
-                renewal.lease.mark_lost();
-                registry.entries.remove(&id);
-            }
-            Err(_) if renewal.lease.is_lost() => {
-                registry.entries.remove(&id);
-            }
-            Err(_) => entry.next_due = now + retry.unwrap_or(NOT_DUE),
+    let Some(entry) = registry.entries.get_mut(&id) else {
+        // Deregistered while the call was on its way: whoever waits for it to settle (see
+        // `deregister_settled`) goes on.
+        for waiter in registry.settling.remove(&id).unwrap_or_default() {
+            let _ = waiter.send(());
         }
+        return;
+    };
+    entry.in_flight = false;
+    let lost = |how, e| {
+        crate::observe::lease_lost(&renewal.labels, renewal.target.key(), how, e);
+    };
+    match answer {
+        Answer::Held { revoked, renewed } => {
+            entry.next_due = match renewed {
+                Some((sent_at, lease)) => {
+                    renewal.lease.renewed(sent_at, lease);
+                    sent_at + lease / 3
+                }
+                None => Instant::now() + NOT_DUE,
+            };
+            if revoked {
+                renewal.lease.mark_revoked();
+            }
+        }
+        Answer::Gone => {
+            lost(crate::observe::Lost::NotHeld, None);
+            renewal.lease.mark_lost();
+            registry.entries.remove(&id);
+        }
+        Answer::Failed(e) if renewal.lease.is_lost() => {
+            lost(crate::observe::Lost::Expired, Some(e));
+            registry.entries.remove(&id);
+        }
+        Answer::Failed(_) => entry.next_due = again(entry.checked_only),
     }
 }
 
