@@ -7,6 +7,7 @@ mod config;
 mod connection;
 mod core;
 mod error;
+pub mod guide;
 mod lease;
 mod link;
 mod lock;
