@@ -57,6 +57,17 @@ pub enum Error {
     )]
     NoRuntime,
 
+    /// A [`blocking`](crate::blocking) call was made on a thread inside a Tokio runtime: in an
+    /// `async fn` or task, in a `block_on`, or on a thread that entered a runtime
+    /// (`spawn_blocking`, `Runtime::enter`). Blocking there would stall the runtime's other
+    /// work, or deadlock, so nothing was done. Use the async API there (the same client:
+    /// [`blocking::Client::as_async`](crate::blocking::Client::as_async)), or call from a
+    /// thread of your own.
+    #[error(
+        "a ferrisson::blocking call was made inside a Tokio runtime, where it would block the runtime's thread: use the async API there, or call it from a std::thread"
+    )]
+    InsideRuntime,
+
     /// The hold this guard stood for is gone: its lease expired, or the key was deleted or taken
     /// over. Whatever the guard protected may have been touched by somebody else.
     #[error("the lease on lock `{name}` was lost")]

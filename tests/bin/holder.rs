@@ -12,7 +12,8 @@
 //! `revocable-unheard` never listens for the request's message and learns of it from its
 //! watchdog's renewals only. `exit-holding` takes the lock and returns from `main` with the
 //! guard alive (the last handle's drop flushes its release); `close-then-exit` drops its guard,
-//! calls `Client::close` and ends with `std::process::exit`.
+//! calls `Client::close` and ends with `std::process::exit`. `blocking` takes the lock through
+//! `ferrisson::blocking` on a plain thread that then sleeps.
 
 use std::time::Duration;
 
@@ -30,6 +31,13 @@ async fn main() {
     let ms: u64 = ms
         .parse()
         .unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
+    if kind == "blocking" {
+        // The blocking API refuses to run inside a runtime (this `main` is one): a thread of
+        // its own, which never returns (it exits the process).
+        let (url, name) = (urls.clone(), name.clone());
+        let _ = std::thread::spawn(move || hold_blocking(&url, &name, ms)).join();
+        fail(1, "the blocking holder's thread ended");
+    }
     let mut clients = Vec::new();
     for url in urls.split(',') {
         let client = ferrisson::Client::builder()
@@ -144,6 +152,27 @@ async fn main() {
     println!("LOCKED {}", guard.fencing_token());
     guard.lost().await;
     fail(3, "lease lost");
+}
+
+/// The `blocking` kind: `ferrisson::blocking` on a plain thread takes the lock and sleeps,
+/// leaving its lease to the client's thread.
+fn hold_blocking(url: &str, name: &str, ms: u64) -> ! {
+    let client = ferrisson::blocking::Client::builder()
+        .url(url)
+        .watchdog_timeout(Duration::from_millis(ms))
+        .build()
+        .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+    let guard = client
+        .get_lock(name)
+        .lock()
+        .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+    println!("LOCKED {}", guard.fencing_token());
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+        if guard.is_lost() {
+            fail(3, "lease lost");
+        }
+    }
 }
 
 fn fail(code: i32, message: &str) -> ! {

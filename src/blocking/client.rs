@@ -1,0 +1,498 @@
+//! The blocking client and its builder.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{
+    Blocker, RCountDownLatch, RFairLock, RFencedLock, RLock, RMutex, RPermitExpirableSemaphore,
+    RReadWriteLock, RSemaphore, outside_runtime,
+};
+use crate::error::{Error, Result};
+use crate::lock::RwPolicy;
+
+/// A connection to Redis for synchronous code: [`ferrisson::Client`](crate::Client) with
+/// blocking methods. See [the module](crate::blocking) for how it works and what differs.
+///
+/// Cloning is cheap and shares everything. Its objects' holds belong to the calling thread.
+/// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called inside a
+/// Tokio runtime.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> ferrisson::Result<()> {
+/// let client = ferrisson::blocking::Client::connect("redis://127.0.0.1:6379")?;
+/// let lock = client.get_lock("orders:42");
+/// let guard = lock.lock()?;
+/// // ... work on order 42; guard.fencing_token() goes with every write ...
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    client: crate::Client,
+    blocker: Blocker,
+}
+
+impl Client {
+    /// Connects to the server at `url` with default settings. Blocking twin of
+    /// [`ferrisson::Client::connect`](crate::Client::connect).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`ClientBuilder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::connect("redis://127.0.0.1/")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect(url: &str) -> Result<Client> {
+        Client::builder().url(url).build()
+    }
+
+    /// A builder for a client with other settings than the defaults: every setting of
+    /// [`ferrisson::ClientBuilder`](crate::ClientBuilder), Cluster and Sentinel included.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .watchdog_timeout(std::time::Duration::from_secs(10))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder {
+            builder: crate::Client::builder(),
+        }
+    }
+
+    /// The async client this one wraps: the same connections, watchdog and owners, for the
+    /// parts of a program that run in an async runtime. Holds taken through it belong to the
+    /// asking task, as the async API says.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.as_async().get_lock("reports").lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn as_async(&self) -> &crate::Client {
+        &self.client
+    }
+
+    /// This client's identity: the first half of every owner name it writes into Redis.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) {
+    /// println!("client {}", client.id());
+    /// # }
+    /// ```
+    pub fn id(&self) -> Uuid {
+        self.client.id()
+    }
+
+    /// How many lock owners this client keeps state for now (see
+    /// [`ferrisson::Client::live_owners`](crate::Client::live_owners)): a leak check and a
+    /// monitoring gauge.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_lock("jobs").lock()?;
+    /// assert_eq!(client.live_owners(), 1);
+    /// guard.unlock()?;
+    /// assert_eq!(client.live_owners(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn live_owners(&self) -> usize {
+        self.client.live_owners()
+    }
+
+    /// A handle on the reentrant lock `name`, whose holds belong to the calling thread. See
+    /// [`RLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// if let Some(guard) = client.get_lock("reports").try_lock()? {
+    ///     guard.unlock()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn get_lock(&self, name: &str) -> RLock {
+        RLock::wrap(self.client.get_lock(name))
+    }
+
+    /// A handle on the fair lock `name`: granted in the order the threads asked. See
+    /// [`ferrisson::Client::get_fair_lock`](crate::Client::get_fair_lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_fair_lock("tickets").lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_fair_lock(&self, name: &str) -> RFairLock {
+        RLock::wrap(self.client.get_fair_lock(name))
+    }
+
+    /// A handle on the read-write lock `name`; in each thread its read and write sides are one
+    /// owner. See [`RReadWriteLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let rw = client.get_read_write_lock("catalog");
+    /// let guard = rw.read_lock().lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_read_write_lock(&self, name: &str) -> RReadWriteLock {
+        RReadWriteLock::wrap(self.client.get_read_write_lock(name))
+    }
+
+    /// A handle on the read-write lock `name` with `policy` (see [`RwPolicy`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::RwPolicy;
+    ///
+    /// let prices = client.get_read_write_lock_with("prices", RwPolicy::PreferWriters);
+    /// let update = prices.write_lock().lock()?; // readers arriving now wait for it
+    /// update.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_read_write_lock_with(&self, name: &str, policy: RwPolicy) -> RReadWriteLock {
+        RReadWriteLock::wrap(self.client.get_read_write_lock_with(name, policy))
+    }
+
+    /// A handle on the fenced lock `name`, whose acquire methods return the fencing token
+    /// first. See [`RFencedLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let (token, guard) = client.get_fenced_lock("ledger").lock_and_get_token()?;
+    /// # let _ = token;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_fenced_lock(&self, name: &str) -> RFencedLock {
+        RFencedLock::wrap(self.client.get_fenced_lock(name))
+    }
+
+    /// A handle on the count-down latch `name`. See [`RCountDownLatch`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let done = client.get_count_down_latch("batch:7:done");
+    /// done.try_set_count(2)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_count_down_latch(&self, name: &str) -> RCountDownLatch {
+        RCountDownLatch::wrap(self.client.get_count_down_latch(name), self.blocker.clone())
+    }
+
+    /// A handle on the semaphore `name`. See [`RSemaphore`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let builds = client.get_semaphore("build-slots");
+    /// builds.try_set_permits(8)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_semaphore(&self, name: &str) -> RSemaphore {
+        RSemaphore::wrap(self.client.get_semaphore(name), self.blocker.clone())
+    }
+
+    /// A handle on the permit-expirable semaphore `name`, whose permits come back by themselves
+    /// when their holder dies. See [`RPermitExpirableSemaphore`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let slots = client.get_permit_expirable_semaphore("gpu");
+    /// slots.try_set_permits(2)?;
+    /// slots.acquire()?.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_permit_expirable_semaphore(&self, name: &str) -> RPermitExpirableSemaphore {
+        let semaphore = self.client.get_permit_expirable_semaphore(name);
+        RPermitExpirableSemaphore::wrap(semaphore, self.blocker.clone())
+    }
+
+    /// A handle on the non-reentrant mutex `name`. See [`RMutex`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_mutex("schema-migration").lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_mutex(&self, name: &str) -> RMutex {
+        RMutex::wrap(self.client.get_mutex(name), self.blocker.clone())
+    }
+
+    /// Closes the client: every handle of it refuses new acquires and waits from now on
+    /// ([`Error::Closed`]); then waits, at most twice the response timeout, until the releases
+    /// of dropped guards and the other background work are done, and drops this handle.
+    /// Returns what was still under way when it gave up (empty: all done). Call it at the end
+    /// of a process that ends with `std::process::exit`; see
+    /// [`ferrisson::Client::close`](crate::Client::close).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`] inside a Tokio runtime (nothing is closed then).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::connect("redis://127.0.0.1:6379")?;
+    /// let guard = client.get_lock("nightly-report").lock()?;
+    /// drop(guard); // released in the background
+    /// let left = client.close()?;
+    /// assert!(left.is_empty(), "not released: {left:?}");
+    /// # Ok(()) }
+    /// ```
+    pub fn close(self) -> Result<Vec<String>> {
+        outside_runtime()?;
+        let Client { client, blocker } = self;
+        blocker.run(client.close())
+    }
+}
+
+/// Builds a blocking [`Client`]: the settings of [`ferrisson::ClientBuilder`](crate::ClientBuilder),
+/// each documented there, and a blocking [`build`](Self::build).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> ferrisson::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = ferrisson::blocking::Client::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .response_timeout(Duration::from_secs(1))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ClientBuilder {
+    builder: crate::ClientBuilder,
+}
+
+impl ClientBuilder {
+    fn with(self, set: impl FnOnce(crate::ClientBuilder) -> crate::ClientBuilder) -> Self {
+        ClientBuilder {
+            builder: set(self.builder),
+        }
+    }
+
+    /// The server to connect to: `redis://[user:password@]host[:port][/db]`. See
+    /// [`ferrisson::ClientBuilder::url`](crate::ClientBuilder::url).
+    pub fn url(self, url: impl Into<String>) -> Self {
+        self.with(|b| b.url(url))
+    }
+
+    /// A Redis Cluster, found from `seeds`. See
+    /// [`ferrisson::ClientBuilder::cluster`](crate::ClientBuilder::cluster).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::builder()
+    ///     .cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I, S>(self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.with(|b| b.cluster(seeds))
+    }
+
+    /// A master watched by Sentinel. See
+    /// [`ferrisson::ClientBuilder::sentinel`](crate::ClientBuilder::sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::builder()
+    ///     .sentinel("mymaster", ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<I, S>(self, master: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.with(|b| b.sentinel(master, sentinels))
+    }
+
+    /// Replica-synced grants. See
+    /// [`ferrisson::ClientBuilder::sync_replicas`](crate::ClientBuilder::sync_replicas).
+    pub fn sync_replicas(self, min_acks: u32, timeout: Duration) -> Self {
+        self.with(|b| b.sync_replicas(min_acks, timeout))
+    }
+
+    /// The lease of locks taken without one, renewed every third of it while the guard lives.
+    ///
+    /// Default is 30 s; at least 30 ms. See
+    /// [`ferrisson::ClientBuilder::watchdog_timeout`](crate::ClientBuilder::watchdog_timeout).
+    pub fn watchdog_timeout(self, timeout: Duration) -> Self {
+        self.with(|b| b.watchdog_timeout(timeout))
+    }
+
+    /// How long one attempt to open a connection may take.
+    ///
+    /// Default is 5 s.
+    pub fn connection_timeout(self, timeout: Duration) -> Self {
+        self.with(|b| b.connection_timeout(timeout))
+    }
+
+    /// How long to wait for the reply to one command before failing with a timeout.
+    ///
+    /// Default is 3 s.
+    pub fn response_timeout(self, timeout: Duration) -> Self {
+        self.with(|b| b.response_timeout(timeout))
+    }
+
+    /// The longest a waiting call sleeps between two attempts when no wake-up message arrives.
+    ///
+    /// Default is 5 s. See
+    /// [`ferrisson::ClientBuilder::recheck_interval`](crate::ClientBuilder::recheck_interval).
+    pub fn recheck_interval(self, interval: Duration) -> Self {
+        self.with(|b| b.recheck_interval(interval))
+    }
+
+    /// Trusts the CA certificates in `pem` for `rediss://` connections.
+    ///
+    /// Default is the platform's root certificates. See
+    /// [`ferrisson::ClientBuilder::tls_root_certificates`](crate::ClientBuilder::tls_root_certificates).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificates(self, pem: impl Into<Vec<u8>>) -> Self {
+        self.with(|b| b.tls_root_certificates(pem))
+    }
+
+    /// Presents this client certificate chain and key (both PEM) to servers that require
+    /// mutual TLS.
+    ///
+    /// Default is no client certificate.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_identity(
+        self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.with(|b| b.tls_client_identity(cert_pem, key_pem))
+    }
+
+    /// How long a waiter of a fair lock keeps its place in the queue without calling again.
+    ///
+    /// Default is 5 s. See
+    /// [`ferrisson::ClientBuilder::fair_lock_queue_timeout`](crate::ClientBuilder::fair_lock_queue_timeout).
+    pub fn fair_lock_queue_timeout(self, timeout: Duration) -> Self {
+        self.with(|b| b.fair_lock_queue_timeout(timeout))
+    }
+
+    /// Redisson's `threadWaitTime` for fair locks.
+    ///
+    /// Default is 300 s. See
+    /// [`ferrisson::ClientBuilder::fair_lock_thread_wait_time`](crate::ClientBuilder::fair_lock_thread_wait_time).
+    pub fn fair_lock_thread_wait_time(self, wait: Duration) -> Self {
+        self.with(|b| b.fair_lock_thread_wait_time(wait))
+    }
+
+    /// Whether metrics carry a `lock` label with the object's name (mind the cardinality).
+    ///
+    /// Default is false. See
+    /// [`ferrisson::ClientBuilder::metrics_lock_names`](crate::ClientBuilder::metrics_lock_names).
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_lock_names(self, on: bool) -> Self {
+        self.with(|b| b.metrics_lock_names(on))
+    }
+
+    /// Checks the settings, connects and loads the scripts, blocking the calling thread.
+    ///
+    /// The async client is built in a short-lived runtime on the calling thread, which is then
+    /// dropped; the command connection is opened again on the client's own thread before this
+    /// returns, so nothing the client keeps depends on a runtime that has ended.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`ferrisson::ClientBuilder::build`](crate::ClientBuilder::build): [`Error::Config`],
+    /// [`Error::Connect`], [`Error::PermissionDenied`], [`Error::Redis`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::builder().url("redis://127.0.0.1/").build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<Client> {
+        outside_runtime()?;
+        let starter = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::Redis(
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot start a runtime to build in: {e}"),
+                    )
+                    .into(),
+                )
+            })?;
+        let built = starter.block_on(self.builder.build());
+        // Dropped before any use: the connection opened in it is known dead from now on, so
+        // the next command opens one on the client's thread.
+        drop(starter);
+        let client = built?;
+        let blocker = Blocker::of(&client.inner);
+        // That next command, now, so a failure shows here (and combinators over several
+        // clients find each client's connection at home): the scripts' load, which every ACL
+        // rule for ferrisson allows, and which changes nothing.
+        blocker.call(client.inner.executor.load_all())?;
+        Ok(Client { client, blocker })
+    }
+}

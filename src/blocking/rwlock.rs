@@ -1,0 +1,95 @@
+//! The blocking read-write lock.
+
+use super::RLock;
+use crate::lock::RwPolicy;
+
+/// Redisson's `RReadWriteLock` for synchronous code: the blocking twin of
+/// [`ferrisson::RReadWriteLock`](crate::RReadWriteLock). Its two sides are blocking [`RLock`]s;
+/// in each thread they are one owner: a writer may take read holds, a reader cannot upgrade
+/// ([`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once, never a wait
+/// for itself).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+/// let doc = client.get_read_write_lock("doc:7");
+/// let read = doc.read_lock().lock()?;   // shared with other readers
+/// read.unlock()?;
+/// let write = doc.write_lock().lock()?; // alone
+/// write.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RReadWriteLock {
+    read: RLock,
+    write: RLock,
+    policy: RwPolicy,
+}
+
+impl RReadWriteLock {
+    pub(super) fn wrap(lock: crate::RReadWriteLock) -> Self {
+        RReadWriteLock {
+            read: RLock::wrap(lock.read_lock()),
+            write: RLock::wrap(lock.write_lock()),
+            policy: lock.policy(),
+        }
+    }
+
+    /// The lock's name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) {
+    /// assert_eq!(client.get_read_write_lock("doc:7").name(), "doc:7");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+
+    /// Whether this handle's writers hold new readers back while they wait (see [`RwPolicy`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) {
+    /// use ferrisson::RwPolicy;
+    /// let rw = client.get_read_write_lock_with("doc:7", RwPolicy::PreferWriters);
+    /// assert_eq!(rw.policy(), RwPolicy::PreferWriters);
+    /// # }
+    /// ```
+    pub fn policy(&self) -> RwPolicy {
+        self.policy
+    }
+
+    /// The read side: shared among readers, excluded by a writer (except the writer itself).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_read_write_lock("doc:7").read_lock().lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_lock(&self) -> RLock {
+        self.read.clone()
+    }
+
+    /// The write side: excludes every other reader and writer, the calling thread's own read
+    /// holds included (it cannot upgrade).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let guard = client.get_read_write_lock("doc:7").write_lock().lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_lock(&self) -> RLock {
+        self.write.clone()
+    }
+}
