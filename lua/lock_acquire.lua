@@ -2,12 +2,21 @@
 --
 -- KEYS[1]  the lock: a hash, field <owner> -> hold count, PEXPIRE = lease
 -- KEYS[2]  the fencing counter of the lock's cluster slot (ferrisson_token:{<tag>}, never expires)
--- KEYS[3]  (fenced locks only) Redisson's counter of the lock name, redisson_lock_token:{name}
+-- KEYS[3]  (starving waiters and fenced locks) the lock's starving waiters,
+--          ferrisson_lock_starving:{name}: a zset owner -> server time (ms) it first said so
+-- KEYS[4]  (fenced locks only) Redisson's counter of the lock name, redisson_lock_token:{name}
 -- ARGV[1]  owner (<client-uuid>:<n>)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  '1' when the client knows of no live hold of this owner: a hold the server still has
 --          for it is stale (a release or repair whose outcome never reached the client) and is
 --          replaced by a fresh grant, so a new guard never carries an old token
+-- ARGV[4]  (optional) '1' when the owner has waited past the client's starvation threshold
+-- ARGV[5]  (with ARGV[4]) how long the starving set lives without a new entry, in ms
+--
+-- Starving: refused, the owner joins the starving set (keeping the time it first joined), and
+-- the next release hands the lock to the set's oldest entry (lock_release.lua); granted, it
+-- leaves the set. A provisional hold handed so is a hold the client does not know of, so the
+-- waiter's next acquire (ARGV[3] = '1') replaces it by a fresh grant with a token.
 --
 -- Tokens: a new grant's token is above the slot's counter (and, for a fenced lock, the name's
 -- counter) and at least the server's clock in microseconds; the counters end at the token.
@@ -39,6 +48,15 @@ if pttl ~= -2 then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. redis.call('type', KEYS[1]).ok)
   end
   if mine == 0 then
+    if ARGV[4] == '1' then
+      -- Errors (a key of another type) are ignored: the owner just waits unmarked.
+      if redis.replicate_commands then
+        redis.replicate_commands()
+      end
+      local now = redis.call('time')
+      redis.pcall('zadd', KEYS[3], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[1])
+      redis.pcall('pexpire', KEYS[3], ARGV[5])
+    end
     return -2 - pttl
   end
   if ARGV[3] ~= '1' then
@@ -84,19 +102,22 @@ if seen then
     redis.call('set', KEYS[2], string.format('%d', token))
   end
 end
-if KEYS[3] then
+if KEYS[4] then
   -- Redisson's counter of the name (a Java RFencedLock takes its tokens there by INCR): the
   -- token goes above it too, and it ends at the token, so Java's next token is above ours.
-  local named = redis.pcall('get', KEYS[3])
+  local named = redis.pcall('get', KEYS[4])
   if type(named) == 'table'
       or (named and not (string.match(named, '^%-?%d+$') and tonumber(named) <= 9007199254740990)) then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[3] .. ' holds no counter')
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[4] .. ' holds no counter')
   end
   if named and tonumber(named) >= token then
     token = tonumber(named) + 1
     redis.call('set', KEYS[2], string.format('%d', token))
   end
-  redis.call('set', KEYS[3], string.format('%d', token))
+  redis.call('set', KEYS[4], string.format('%d', token))
+end
+if ARGV[4] == '1' then
+  redis.pcall('zrem', KEYS[3], ARGV[1])
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ARGV[2])

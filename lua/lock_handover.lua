@@ -7,14 +7,19 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_lock__channel:{name})
 -- KEYS[3]  the fencing counter of the lock's cluster slot (see lock_acquire.lua)
--- KEYS[4]  (fenced locks only) Redisson's counter of the lock name
+-- KEYS[4]  the lock's starving waiters (see lock_acquire.lua)
+-- KEYS[5]  (fenced locks only) Redisson's counter of the lock name
 -- ARGV[1]  owner giving the hold back
 -- ARGV[2]  the waiter the lock is handed to
 -- ARGV[3]  the waiter's lease in ms
 -- ARGV[4]  how many of the channel's subscribers are the releasing client's own (0 or 1)
 -- ARGV[5]  '1' when this request is a resend, else '0'
+-- ARGV[6]  the lease in ms of a hold handed to a starving waiter
+-- ARGV[7]  '1' when the waiter has said it starves (it leaves the starving set when handed)
 --
--- Freeing the lock publishes '0', Redisson's unlock message, as lock_release.lua does.
+-- Freeing the lock (others wait) is lock_release.lua's last-hold release: the lock goes to the
+-- first starving waiter if there is one, else it is deleted (with the first go to waiters that
+-- are not ferrisson clients); '0' is published.
 --
 -- Replies: one integer. A {status, value} table costs Redis about 0.4 µs more a call than an
 -- integer (as for lock_acquire.lua), and a token is never below 1, so the statuses take the
@@ -43,13 +48,13 @@ if not holds then
   if ARGV[5] == '1' then
     if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
       local token = tonumber(redis.call('get', KEYS[3])) or 0
-      if KEYS[4] then
+      if KEYS[5] then
         -- A fenced lock's name counter must not stay below a token handed out for the name.
-        local named = tonumber(redis.call('get', KEYS[4])) or 0
+        local named = tonumber(redis.call('get', KEYS[5])) or 0
         if named > token then
           token = named
         elseif token > named then
-          redis.call('set', KEYS[4], token)
+          redis.call('set', KEYS[5], token)
         end
       end
       if token < 1 then
@@ -66,9 +71,21 @@ if holds > 1 then
   return -3
 end
 
-local others = redis.call('pubsub', 'numsub', KEYS[2])[2] - tonumber(ARGV[4])
-if others > 0 then
+local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
+if subscribers[2] - tonumber(ARGV[4]) > 0 then
   redis.call('del', KEYS[1])
+  local starving = redis.pcall('zpopmin', KEYS[4])
+  if starving[1] == ARGV[1] then
+    starving = redis.pcall('zpopmin', KEYS[4])
+  end
+  if starving[1] then
+    redis.call('hset', KEYS[1], starving[1], 1)
+    redis.call('pexpire', KEYS[1], ARGV[6])
+    redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
+  elseif subscribers[2] > subscribers[4] then
+    -- Waiters that are not ferrisson clients get the first go (see lock_release.lua).
+    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+  end
   redis.call('publish', KEYS[2], '0')
   return 0
 end
@@ -103,17 +120,20 @@ if seen then
     redis.call('set', KEYS[3], string.format('%d', token))
   end
 end
-if KEYS[4] then
-  local named = redis.pcall('get', KEYS[4])
+if KEYS[5] then
+  local named = redis.pcall('get', KEYS[5])
   if type(named) == 'table'
       or (named and not (string.match(named, '^%-?%d+$') and tonumber(named) <= 9007199254740990)) then
-    return counter_error(KEYS[4], 'not an integer')
+    return counter_error(KEYS[5], 'not an integer')
   end
   if named and tonumber(named) >= token then
     token = tonumber(named) + 1
     redis.call('set', KEYS[3], string.format('%d', token))
   end
-  redis.call('set', KEYS[4], string.format('%d', token))
+  redis.call('set', KEYS[5], string.format('%d', token))
+end
+if ARGV[7] == '1' then
+  redis.pcall('zrem', KEYS[4], ARGV[2])
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -5,34 +5,45 @@
 --
 -- Two forms, told apart by the number of KEYS:
 --
--- Full form (3 KEYS, 4 ARGV), any release:
+-- Full form (4 KEYS, 5 ARGV), any release:
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the lock's channel (redisson_lock__channel:{name})
--- KEYS[3]  the latch of this request (redisson_unlock_latch:{name}:<request-id>)
+-- KEYS[3]  the lock's starving waiters (ferrisson_lock_starving:{name}, see lock_acquire.lua)
+-- KEYS[4]  the latch of this request (redisson_unlock_latch:{name}:<request-id>)
 -- ARGV[1]  owner
 -- ARGV[2]  lease in ms: the TTL the lock gets back while holds remain
 -- ARGV[3]  latch TTL in ms
 -- ARGV[4]  '1' when this request is a resend, else '0'
+-- ARGV[5]  the lease in ms of a hold handed to a starving waiter
 --
--- Short form (KEYS[1], KEYS[2], ARGV[1] as above, nothing else), for a first send the client
--- believes gives back the owner's last hold. It never decrements, so it needs neither a latch
--- nor a lease (each key or argument costs Redis a little on every call): when the owner has
--- several holds it changes nothing and replies 3, and the client then removes them all. A
--- short send is never resent as such: resends use the full form, whose latch this form never
--- writes.
+-- Short form (KEYS[1] to KEYS[3] as above; ARGV[1] owner, ARGV[2] the handed lease), for a
+-- first send the client believes gives back the owner's last hold. It never decrements, so it
+-- needs neither a latch nor a lease (each key or argument costs Redis a little on every call):
+-- when the owner has several holds it changes nothing and replies 3, and the client then
+-- removes them all. A short send is never resent as such: resends use the full form, whose
+-- latch this form never writes.
 --
--- The lock becoming free publishes '0', Redisson's unlock message (a literal: an argument costs
--- Redis more per call, and the message never varies).
+-- The last hold going: when a waiter has said it starves, the lock goes straight to the one
+-- that said so first, with the short handed lease (a waiter that died meanwhile delays the lock
+-- by that much at most), and '0' is published on that waiter's own channel
+-- (redisson_lock__channel:{name}:<owner>) and on the lock's, so that waiters elsewhere learn
+-- how long the handed hold may last. Otherwise the lock is deleted and '0' published,
+-- Redisson's unlock message (a literal: an argument costs Redis more per call, and the message
+-- never varies). Before it, when the lock's channel has subscribers that are not ferrisson
+-- clients (every ferrisson client waiting on the lock also listens on
+-- redisson_lock__channel:{name}:ferrisson; a Java Redisson waiter does not), '0' goes to that
+-- channel first: ferrisson waiters then give those others the first go at the lock.
 --
--- Replies: 1 released (the owner's last hold: lock deleted, message published), 0 (full form)
--- holds of the owner remain, 3 (short form) the owner has several holds (nothing changed), nil
--- the owner holds nothing (nothing changed), 2 (resends only) the owner holds nothing and no
--- partial release by this request is recorded.
--- Errors: WRONGTYPE when the lock key holds another type (nothing changed).
+-- Replies: 1 released (the owner's last hold: lock deleted or handed, message published), 0
+-- (full form) holds of the owner remain, 3 (short form) the owner has several holds (nothing
+-- changed), nil the owner holds nothing (nothing changed), 2 (resends only) the owner holds
+-- nothing and no partial release by this request is recorded.
+-- Errors: WRONGTYPE when the lock key holds another type (nothing changed). A starving set of
+-- another type is ignored.
 
 -- ARGV[4] is nil in the short form, which is never a resend.
 if ARGV[4] == '1' then
-  local done = redis.call('get', KEYS[3])
+  local done = redis.call('get', KEYS[4])
   if done then
     return tonumber(done)
   end
@@ -45,14 +56,32 @@ if not holds then
   return nil
 end
 if holds > 1 then
-  if not KEYS[3] then
+  if not KEYS[4] then
     return 3
   end
   redis.call('hset', KEYS[1], ARGV[1], holds - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  redis.call('set', KEYS[4], 0, 'px', ARGV[3])
   return 0
 end
+-- Counted before any write, so that a user refused PUBSUB changes nothing.
+local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
 redis.call('del', KEYS[1])
+-- A live starving waiter listens on the lock's channel: without subscribers the set is not
+-- read (the common, uncontended release; a dead waiter's entry goes with the set's TTL).
+if subscribers[2] > 0 then
+  local starving = redis.pcall('zpopmin', KEYS[3])
+  if starving[1] == ARGV[1] then
+    -- The owner's own entry, left by a grant the client could not clear it with.
+    starving = redis.pcall('zpopmin', KEYS[3])
+  end
+  if starving[1] then
+    redis.call('hset', KEYS[1], starving[1], 1)
+    redis.call('pexpire', KEYS[1], ARGV[5] or ARGV[2])
+    redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
+  elseif subscribers[2] > subscribers[4] then
+    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+  end
+end
 redis.call('publish', KEYS[2], '0')
 return 1

@@ -19,6 +19,8 @@ pub(crate) struct Config {
     /// Both fair-lock queue settings (the field keeps the name of the first, which it held
     /// alone before): a fair lock takes them whole.
     pub(crate) fair_queue: FairQueue,
+    /// When an RLock waiter counts as starving, and what a lock handed to one looks like.
+    pub(crate) starvation: Starvation,
     /// Replica-synced grants: at least this many replicas must acknowledge a grant within
     /// the duration, or it is undone.
     pub(crate) sync_replicas: Option<(u32, Duration)>,
@@ -74,6 +76,20 @@ pub(crate) struct FairQueue {
     pub(crate) timeout: Duration,
     /// Redisson's `threadWaitTime`: what each waiter's turn adds to the one ahead of it.
     pub(crate) thread_wait: Duration,
+}
+
+/// The starvation mode of plain locks (`RLock`, `RFencedLock`, `RMutex`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Starvation {
+    /// A waiter that has waited this long says so to Redis, and the next release hands it the
+    /// lock (`None`: never).
+    pub(crate) threshold: Option<Duration>,
+    /// The lease of a lock handed to a starving waiter until the waiter takes it up: how long a
+    /// waiter that died meanwhile keeps the lock from everyone else.
+    pub(crate) handoff: Duration,
+    /// How long the lock's set of starving waiters lives after its last new entry. A live
+    /// waiter asks again within the re-check interval, so this outlasts it.
+    pub(crate) keep: Duration,
 }
 
 /// Certificates for `rediss://` connections.
@@ -142,6 +158,9 @@ pub struct ClientBuilder {
     recheck_interval: Duration,
     fair_queue_timeout: Duration,
     fair_thread_wait: Duration,
+    starvation_threshold: Option<Duration>,
+    /// `None`: the default, 500 ms or the watchdog timeout if shorter.
+    starvation_handoff: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
     #[cfg(feature = "metrics")]
@@ -161,6 +180,8 @@ impl Default for ClientBuilder {
             recheck_interval: Duration::from_secs(5),
             fair_queue_timeout: Duration::from_secs(5),
             fair_thread_wait: Duration::from_secs(300),
+            starvation_threshold: Some(Duration::from_millis(50)),
+            starvation_handoff: None,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "metrics")]
@@ -375,6 +396,49 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a waiter of an `RLock` (also `RFencedLock` and `RMutex`) waits before it
+    /// counts as starving; `None` turns starvation mode off.
+    ///
+    /// Plain locks are not fair: a released lock goes to whoever asks first, which favours the
+    /// releasing client's own tasks. A waiter that has waited this long says so to Redis, and
+    /// the next release, by any ferrisson client, hands the lock to the one that said so first
+    /// (a hold of the lock's [handed lease](Self::lock_starvation_handoff_lease) that the
+    /// waiter then takes up with a fresh token and its own lease). So no ferrisson waiter waits
+    /// much longer than this plus the holds of the starving waiters ahead of it, while below
+    /// it the fast unfair path, handover inside a client included, runs as before. Java
+    /// Redisson waiters see an ordinary lock. Use [`RFairLock`](crate::RFairLock) for strict
+    /// arrival order.
+    ///
+    /// Default is 50 ms; at least 1 ms.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .lock_starvation_threshold(Some(Duration::from_millis(20)))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_starvation_threshold(mut self, threshold: Option<Duration>) -> Self {
+        self.starvation_threshold = threshold;
+        self
+    }
+
+    /// The lease of a lock handed to a starving waiter until that waiter takes it up (see
+    /// [`lock_starvation_threshold`](Self::lock_starvation_threshold)): a live waiter takes it
+    /// up within a round trip of hearing of it, so this only bounds how long a waiter that
+    /// died (or gave up just then) keeps the lock from everyone else.
+    ///
+    /// Default is 500 ms, or the watchdog timeout if that is shorter; between 10 ms and the
+    /// watchdog timeout.
+    pub fn lock_starvation_handoff_lease(mut self, lease: Duration) -> Self {
+        self.starvation_handoff = Some(lease);
+        self
+    }
+
     /// Whether the metrics of every lock, semaphore and latch carry a `lock` label with its
     /// name (feature `metrics`).
     ///
@@ -500,6 +564,22 @@ impl ClientBuilder {
                 )));
             }
         }
+        if let Some(t) = self.starvation_threshold
+            && (t < Duration::from_millis(1) || t > day)
+        {
+            return Err(Error::Config(format!(
+                "lock_starvation_threshold must be between 1ms and a day, got {t:?}"
+            )));
+        }
+        let handoff = self
+            .starvation_handoff
+            .unwrap_or_else(|| Duration::from_millis(500).min(self.watchdog_timeout));
+        if handoff < Duration::from_millis(10) || handoff > self.watchdog_timeout {
+            return Err(Error::Config(format!(
+                "lock_starvation_handoff_lease must be between 10ms and the watchdog timeout ({:?}), got {handoff:?}",
+                self.watchdog_timeout
+            )));
+        }
         // A live waiter's turn must outlast the pause between two of its calls.
         if self.fair_thread_wait < self.fair_queue_timeout {
             return Err(Error::Config(format!(
@@ -525,6 +605,15 @@ impl ClientBuilder {
             fair_queue: FairQueue {
                 timeout: self.fair_queue_timeout,
                 thread_wait: self.fair_thread_wait,
+            },
+            starvation: Starvation {
+                threshold: self.starvation_threshold,
+                handoff,
+                keep: self
+                    .recheck_interval
+                    .saturating_mul(3)
+                    .saturating_add(handoff)
+                    .min(MAX_LEASE),
             },
             #[cfg(feature = "tls")]
             tls: self.tls,

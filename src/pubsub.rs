@@ -54,6 +54,8 @@ struct Channel {
     stamp: u64,
     /// Whom a message wakes.
     policy: Wake,
+    /// When the last message came ([`Wake::Note`] channels only).
+    noted: Option<tokio::time::Instant>,
 }
 
 /// Whom a message on a channel wakes.
@@ -66,6 +68,8 @@ pub(crate) enum Wake {
     All,
     /// The message is a count of free permits (a semaphore's): it wakes that many waiters.
     Count,
+    /// A message wakes nobody; the hub notes when it came (see [`Hub::noted`]).
+    Note,
 }
 
 #[derive(Debug)]
@@ -235,6 +239,12 @@ impl Hub {
             .channels()
             .get(channel)
             .and_then(|c| c.confirmed.then_some(c.stamp))
+    }
+
+    /// When the last message on `channel`, a [`Wake::Note`] channel, came (`None`: none while
+    /// subscribed).
+    pub(crate) fn noted(&self, channel: &str) -> Option<tokio::time::Instant> {
+        self.shared.channels().get(channel).and_then(|c| c.noted)
     }
 }
 
@@ -573,6 +583,10 @@ impl HubTask {
         };
         channel.stamp = self.shared.new_stamp();
         let wake = match channel.policy {
+            Wake::Note => {
+                channel.noted = Some(tokio::time::Instant::now());
+                0
+            }
             Wake::All => usize::MAX,
             Wake::Unlock if payload == WAKE_ALL => usize::MAX,
             Wake::Unlock => 1,

@@ -208,11 +208,13 @@ async fn a_resent_release_is_answered_from_its_latch() {
         let mut inv = release.prepare_invoke();
         inv.key("latched")
             .key("redisson_lock__channel:{latched}")
+            .key("ferrisson_lock_starving:{latched}")
             .key(format!("redisson_unlock_latch:{{latched}}:{request}"))
             .arg(&owner)
             .arg(30_000)
             .arg(5_000)
-            .arg(resend);
+            .arg(resend)
+            .arg(500);
         inv
     };
     let first: i64 = send("req-1", "0").invoke_async(&mut raw).await.unwrap();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use support::{Mode, Proxy, RedisServer, builder_for, client, eventually, join_within};
+use support::{Mode, Proxy, RedisServer, builder, builder_for, client, eventually, join_within};
 
 /// A margin for a waiter whose last attempt has reached Redis to get the reply and begin its
 /// nap (only then may a release hand it the lock).
@@ -166,8 +166,11 @@ async fn local_waiters_are_served_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_handover_while_a_waiter_of_another_client_is_subscribed() {
     let server = RedisServer::start();
-    let here = client(&server).await;
-    let elsewhere = client(&server).await;
+    // Without starvation mode, which would hand the lock to whichever waiter starves first
+    // (tests/starvation.rs): this is about the plain release.
+    let unfair = || builder(&server).lock_starvation_threshold(None).build();
+    let here = unfair().await.unwrap();
+    let elsewhere = unfair().await.unwrap();
     let held = here.get_lock("shared").lock().await.unwrap();
     // Whoever gets the lock keeps it until the release under test has been checked: a waiter's
     // own unlock would publish too.
@@ -271,12 +274,14 @@ async fn a_waiter_asking_while_another_owner_of_the_client_holds_is_answered_loc
     );
     assert_eq!(
         server.calls("evalsha").await,
-        1,
-        "a bounded wait asks Redis once, when its nap ends, not on its first two attempts"
+        3,
+        "a bounded wait asks Redis when its nap ends, not on its first two attempts; and \
+         starving after 50 ms, it asks once then, to say so, and leaves the lock's starving \
+         waiters as it gives up"
     );
     // Not waiting, it asks Redis: only Redis knows of a lock freed behind the holder's back.
     assert!(other.try_lock().await.unwrap().is_none());
-    assert_eq!(server.calls("evalsha").await, 2);
+    assert_eq!(server.calls("evalsha").await, 4);
     held.unlock().await.unwrap();
     let (_, last) = tokio::time::timeout(Duration::from_secs(2), bystander)
         .await
@@ -371,8 +376,11 @@ async fn a_forced_unlock_wakes_a_local_waiter_despite_the_live_local_holder() {
 /// once, while the client hears of it only later.
 async fn proxied(server: &RedisServer) -> (Proxy, ferrisson::Client) {
     let proxy = Proxy::start(server.port()).await;
+    // Without starvation mode: these tests time single requests through the delaying proxy,
+    // and a starving waiter's extra attempt would queue ahead of them.
     let client = builder_for(&proxy.url())
         .response_timeout(Duration::from_secs(2))
+        .lock_starvation_threshold(None)
         .build()
         .await
         .unwrap();

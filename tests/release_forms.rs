@@ -10,17 +10,20 @@ use support::{Listener, Mode, Proxy, RedisServer, builder_for, client, eventuall
 
 const CHANNEL: &str = "redisson_lock__channel:{forms}";
 
-/// The release script as the library sends it: short (lock, channel; owner) or full.
+/// The release script as the library sends it: short (lock, channel, starving waiters;
+/// owner, handed lease) or full.
 fn release(owner: &str, full: Option<(&str, &str)>) -> redis::ScriptInvocation<'static> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
     let script = SCRIPT.get_or_init(|| redis::Script::new(include_str!("../lua/lock_release.lua")));
     let mut inv = script.prepare_invoke();
-    inv.key("forms").key(CHANNEL);
+    inv.key("forms")
+        .key(CHANNEL)
+        .key("ferrisson_lock_starving:{forms}");
     if let Some((request, resend)) = full {
         inv.key(format!("redisson_unlock_latch:{{forms}}:{request}"));
-        inv.arg(owner).arg(30_000).arg(5_000).arg(resend);
+        inv.arg(owner).arg(30_000).arg(5_000).arg(resend).arg(500);
     } else {
-        inv.arg(owner);
+        inv.arg(owner).arg(500);
     }
     inv
 }

@@ -344,11 +344,13 @@ async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
         let _: Option<i64> = late
             .key(&name)
             .key(format!("redisson_lock__channel:{{{name}}}"))
+            .key(format!("ferrisson_lock_starving:{{{name}}}"))
             .key(format!("redisson_unlock_latch:{{{name}}}:late"))
             .arg(&old_owner)
             .arg(30_000)
             .arg(5_000)
             .arg("0")
+            .arg(500)
             .invoke_async(&mut raw)
             .await
             .unwrap();

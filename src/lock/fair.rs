@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::FairQueue;
 use crate::lock::holder::LockOps;
-use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::ops::{ReleaseRequest, Want, flag};
 use crate::lock::owner::Owner;
 use crate::lock::plain::UNLOCK_MESSAGE;
 use crate::script::{
@@ -107,7 +107,8 @@ impl LockOps for FairOps {
         }
     }
 
-    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
+        let Want { waiting, stale, .. } = want;
         ScriptCall::new(&FAIR_ACQUIRE)
             .key(&*self.name)
             .key(&self.queue)

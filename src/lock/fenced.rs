@@ -42,7 +42,7 @@ pub struct RFencedLock {
 
 impl RFencedLock {
     pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
-        let ops = PlainOps::fenced(name);
+        let ops = PlainOps::fenced(name, core.config.starvation);
         RFencedLock {
             lock: RLock::of(core, locks, Box::new(ops)),
         }

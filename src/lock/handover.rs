@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::time::Duration;
@@ -39,8 +39,13 @@ use crate::map::Map;
 pub(crate) enum Handed {
     /// The lock is the waiter's: one hold.
     Granted(HandedHold),
-    /// Not handed over (others wait, or the releaser's hold was gone): try at once.
+    /// Not handed over, and nothing published (the releaser's hold was gone, or it had
+    /// several): try at once.
     Declined,
+    /// Not handed over because waiters of other clients wait: the lock was freed (or handed
+    /// to a starving waiter) and the unlock message published. The waiter goes on napping and
+    /// hears the message as those waiters do, so the releasing client gets no head start.
+    Freed,
 }
 
 /// Gives a handed-over hold back when dropped unaccepted.
@@ -98,6 +103,8 @@ struct Slot {
     holds: Arc<AsyncMutex<Holds>>,
     lease_ms: u64,
     state: Mutex<SlotState>,
+    /// The waiter joined the lock's starving waiters on the server.
+    starving: AtomicBool,
 }
 
 impl Slot {
@@ -211,6 +218,7 @@ impl LocalWaiters {
             holds: holds.clone(),
             lease_ms,
             state: Mutex::new(SlotState::Busy),
+            starving: AtomicBool::new(false),
         });
         self.queues()
             .entry(name.clone())
@@ -250,6 +258,7 @@ impl LocalWaiters {
             return Some(Offer {
                 owner: slot.owner.clone(),
                 lease_ms: slot.lease_ms,
+                starving: slot.starving.load(Ordering::Relaxed),
                 holds,
                 reply,
             });
@@ -296,6 +305,11 @@ impl Registration {
         }
     }
 
+    /// The waiter joined the lock's starving waiters: a handover to it takes it out of them.
+    pub(crate) fn starving(&self) {
+        self.slot.starving.store(true, Ordering::Relaxed);
+    }
+
     /// The offer this waiter received was settled (granted, declined or abandoned).
     pub(crate) fn settled(&self) {
         *self.slot.state() = SlotState::Busy;
@@ -322,6 +336,8 @@ impl Drop for Registration {
 pub(crate) struct Offer {
     pub(crate) owner: Arc<Owner>,
     pub(crate) lease_ms: u64,
+    /// The waiter joined the lock's starving waiters.
+    pub(crate) starving: bool,
     holds: OwnedMutexGuard<Holds>,
     reply: oneshot::Sender<Handed>,
 }
@@ -339,10 +355,18 @@ impl Offer {
         let _ = self.reply.send(Handed::Granted(hold));
     }
 
-    /// The handover did not run: the waiter tries on its own at once.
+    /// The handover did not run and nothing was published: the waiter tries on its own at
+    /// once.
     pub(crate) fn declined(self) {
         drop(self.holds);
         let _ = self.reply.send(Handed::Declined);
+    }
+
+    /// The handover did not run because others wait: the release freed the lock (or handed
+    /// it to a starving waiter) and published. The waiter hears the message as they do.
+    pub(crate) fn freed(self) {
+        drop(self.holds);
+        let _ = self.reply.send(Handed::Freed);
     }
 
     /// The handover's outcome is unknown. Returns the waiter's owner and hold count guard, to

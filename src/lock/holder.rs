@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -25,6 +26,7 @@ use crate::lock::handover::{HandedHold, LocalWaiters};
 use crate::lock::in_flight::{InFlight, Queued};
 use crate::lock::leftover::Leftovers;
 pub(crate) use crate::lock::ops::LockOps;
+use crate::lock::ops::Want;
 use crate::lock::owner::{Owner, Side};
 use crate::lock::replies::{Acquired, run_acquire};
 use crate::lock::wait::{self, Attempt};
@@ -136,12 +138,19 @@ impl Holder {
         let deadline = wait
             .filter(|_| waiting)
             .and_then(|w| Instant::now().checked_add(w));
-        // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait.
+        // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait; so
+        // does one that joined the lock's starving waiters (armed when it does).
         let queues = waiting && self.ops().queues();
-        let mut queued = Queued {
+        let queued = Queued {
             holder: self,
-            armed: queues,
+            armed: AtomicBool::new(queues),
         };
+        // Plain locks (the kinds that hand over) give other libraries' waiters the first go.
+        let courtesy = waiting && self.ops().hands_over();
+        let starving = waiting
+            .then(|| self.ops().starves())
+            .flatten()
+            .map(|after| (after, self.owner.id().clone()));
         let max_nap = self.ops().max_nap();
         let lease_ms = self.lease_ms(mode);
         // Waiters of kinds that hand over line up locally, so a release of this client can
@@ -162,14 +171,27 @@ impl Holder {
             let (holds, lease) = hold.accept();
             self.guard_on(holds, lease, mode)
         };
+        let armed = &queued.armed;
         let result = wait::acquire(
             self.inner(),
             &channel,
             wait,
-            max_nap,
-            |ask_server| async move {
+            wait::Rules {
+                max_nap,
+                starving,
+                courtesy,
+            },
+            |ask_server, starving| async move {
                 observed.attempt_started();
-                let answer = self.attempt(mode, waiting, ask_server).await;
+                let want = Want {
+                    waiting,
+                    stale: false,
+                    starving,
+                };
+                let answer = self.attempt(mode, want, ask_server).await;
+                if starving && matches!(answer, Ok(Attempt::Busy { .. })) {
+                    armed.store(true, Ordering::Relaxed);
+                }
                 observed.attempt_answered(&answer);
                 answer
             },
@@ -177,19 +199,19 @@ impl Holder {
             handed,
         )
         .await;
-        queued.armed = false;
-        if queues && !matches!(result, Ok(Some(_))) {
+        let joined = queued.armed.swap(false, Ordering::Relaxed);
+        if joined && !matches!(result, Ok(Some(_))) {
             match deadline {
                 // Within the budget (and a moment: a leave takes one round trip); past it, the
                 // leave goes on in the background (`queued` spawns it when dropped armed).
                 Some(d) => {
-                    queued.armed = true;
+                    queued.armed.store(true, Ordering::Relaxed);
                     let until = d.max(Instant::now()) + LEAVE_GRACE;
                     if tokio::time::timeout_at(until, self.leave_queue())
                         .await
                         .is_ok()
                     {
-                        queued.armed = false;
+                        queued.armed.store(false, Ordering::Relaxed);
                     }
                 }
                 None => self.leave_queue().await,
@@ -202,9 +224,20 @@ impl Holder {
         let Some(call) = self.ops().leave(&self.owner) else {
             return;
         };
+        // A starving waiter's leave also gives back a hold handed to it meanwhile, which it
+        // tells from a hold of its own by holding nothing: no other operation of the owner may
+        // run until the leave is answered.
+        let holds = match self.ops().queues() {
+            true => None,
+            false => Some(self.holds().lock().await),
+        };
+        if holds.as_ref().is_some_and(|h| h.count() != 0) {
+            return;
+        }
         if let Err(e) = self.inner().executor.run::<i64>(&call, self.name()).await {
             tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
         }
+        drop(holds);
     }
 
     /// Sets `owner`'s hold count on the server to `holds` (see [`LockOps::repair`]).
@@ -232,9 +265,10 @@ impl Holder {
     async fn attempt(
         &self,
         mode: LeaseMode,
-        waiting: bool,
+        mut want: Want,
         ask_server: bool,
     ) -> Result<Attempt<LockGuard>> {
+        let waiting = want.waiting;
         let lease_ms = self.lease_ms(mode);
         // Taken before the acquire is sent: a grant recorded with it is trusted by this
         // client's other owners only while nothing was published on the channel since.
@@ -264,7 +298,7 @@ impl Holder {
         let owner = &self.owner;
         // Without a live hold of its own the owner must get a fresh grant: whatever the server
         // still counts for it is a leftover the client lost track of.
-        let mut stale = !holds.live();
+        want.stale = !holds.live();
         // From here on the script may run: if this future is dropped, the repair runs instead.
         let mut in_flight = InFlight {
             holder: self.clone(),
@@ -274,12 +308,12 @@ impl Holder {
         let mut asked_again = false;
         loop {
             let sent_at = Instant::now();
-            let call = self.ops().acquire(owner, lease_ms, waiting, stale);
+            let call = self.ops().acquire(owner, lease_ms, want);
             match run_acquire(self.inner(), &call, self.name()).await {
                 Ok(Acquired::Granted { fresh: false, .. })
                     if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
                 {
-                    if stale {
+                    if want.stale {
                         in_flight.repair().await;
                         in_flight.disarm();
                         return Err(Error::unexpected(
@@ -288,7 +322,7 @@ impl Holder {
                     }
                     // The lease ran out here while the grant was on its way: its token belongs
                     // to guards already told they lost the lock. Ask again for a fresh grant.
-                    stale = true;
+                    want.stale = true;
                 }
                 Ok(Acquired::Granted { token, fresh }) => {
                     let holds = in_flight.disarm();

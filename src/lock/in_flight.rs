@@ -1,6 +1,8 @@
 //! The drop guards of an acquire: a wait that may have queued the owner, and an acquire that
 //! may have run on the server (repaired when dropped).
 
+use std::sync::atomic::AtomicBool;
+
 use tokio::sync::OwnedMutexGuard;
 
 use crate::lock::holder::{Holder, Holds};
@@ -9,12 +11,12 @@ use crate::lock::holder::{Holder, Holds};
 /// up mid-wait), it takes the owner out in the background.
 pub(super) struct Queued<'a> {
     pub(super) holder: &'a Holder,
-    pub(super) armed: bool,
+    pub(super) armed: AtomicBool,
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        if self.armed {
+        if *self.armed.get_mut() {
             let holder = self.holder.clone();
             self.holder
                 .inner()

@@ -35,6 +35,32 @@ impl ReleaseRequest<'_> {
     }
 }
 
+/// What an acquire asks for, besides a hold.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Want {
+    /// The caller waits when refused (a fair lock queues it; others ignore it).
+    pub(crate) waiting: bool,
+    /// The client knows of no live hold of the owner on this side, so a hold the server still
+    /// has for it is a leftover (a release or repair whose outcome never reached the client, or
+    /// a lock handed to it as a starving waiter) and must be replaced by a fresh grant with a
+    /// new token, never answered as reentrant.
+    pub(crate) stale: bool,
+    /// The caller has waited past the starvation threshold: refused, it joins the lock's
+    /// starving waiters (kinds with [`starves`](LockOps::starves) only).
+    pub(crate) starving: bool,
+}
+
+/// The waiter a release hands the lock to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handoff<'a> {
+    pub(crate) owner: &'a Owner,
+    pub(crate) lease_ms: u64,
+    /// How many of the lock channel's subscribers are the releasing client's own (0 or 1).
+    pub(crate) own_subscribers: u8,
+    /// The waiter joined the lock's starving waiters (it leaves them when handed the lock).
+    pub(crate) starving: bool,
+}
+
 /// A flag as the scripts read it.
 pub(crate) fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
@@ -70,12 +96,7 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// Where the owner's holds live, for the watchdog.
     fn renewal(&self, owner: &Owner) -> RenewTarget;
     /// Takes a hold; replies as [`run_acquire`] reads (one integer, or `{status, value}`).
-    /// `waiting`: the caller waits when refused (a fair lock queues it; others ignore it).
-    /// `stale`: the client knows of no live hold of the owner on this side, so a hold the
-    /// server still has for it is a leftover (a release or repair whose outcome never reached
-    /// the client) and must be replaced by a fresh grant with a new token, never answered as
-    /// reentrant.
-    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall;
+    fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall;
     /// Gives back one hold; must be idempotent per request id when `request.resend` is set.
     /// Replies as [`parse_release`] reads.
     fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall;
@@ -97,9 +118,17 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn queues(&self) -> bool {
         false
     }
-    /// Takes a waiter that stops waiting out of the lock's queue; only asked for when
-    /// [`queues`](Self::queues) is true.
+    /// Takes a waiter that stops waiting out of the lock's queue; asked for when
+    /// [`queues`](Self::queues) is true, or when the waiter said it starves.
     fn leave(&self, _owner: &Owner) -> Option<ScriptCall> {
+        None
+    }
+    /// How long a waiter waits before it counts as starving (`None`: the kind has no
+    /// starvation mode, or it is off). A starving waiter's attempts carry
+    /// [`Want::starving`], it listens on its own channel (the lock's channel, `:`, its owner
+    /// name) for a release that hands it the lock, and it [`leave`](Self::leave)s when it stops
+    /// waiting unserved.
+    fn starves(&self) -> Option<Duration> {
         None
     }
     /// Whether a release can hand the lock to a waiter of the same client
@@ -107,18 +136,10 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn hands_over(&self) -> bool {
         false
     }
-    /// Gives back the owner's last hold and grants the lock to `to` with a lease of
-    /// `to_lease_ms` in the same step, unless clients other than this one (which has
-    /// `own_subscribers` on the lock's channel) wait. Idempotent when `resend` is set. Replies as
+    /// Gives back the owner's last hold and grants the lock to `to` in the same step, unless
+    /// clients other than this one wait. Idempotent when `resend` is set. Replies as
     /// [`parse_handover`] reads; `None` for kinds that do not hand over.
-    fn release_to(
-        &self,
-        _owner: &Owner,
-        _to: &Owner,
-        _to_lease_ms: u64,
-        _own_subscribers: u8,
-        _resend: bool,
-    ) -> Option<ScriptCall> {
+    fn release_to(&self, _owner: &Owner, _to: Handoff<'_>, _resend: bool) -> Option<ScriptCall> {
         None
     }
 }

@@ -1,12 +1,15 @@
 //! The plain RLock's scripts (the fenced lock's too).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::config::Starvation;
 use crate::lock::holder::LockOps;
-use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::ops::{Handoff, ReleaseRequest, Want, flag};
 use crate::lock::owner::Owner;
 use crate::script::{
-    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, ScriptCall,
+    LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, LOCK_STARVING_LEAVE,
+    ScriptCall,
 };
 use crate::watchdog::RenewTarget;
 use crate::{names, slots};
@@ -26,36 +29,45 @@ pub(crate) struct PlainOps {
     counter: String,
     /// A fenced lock's second counter: Redisson's per-name one, shared with Java's RFencedLock.
     name_counter: Option<String>,
+    /// The lock's starving waiters (ferrisson only), `ferrisson_lock_starving:{name}`.
+    starving: String,
+    starvation: Starvation,
     /// The kind spans and metrics name: `lock`, `fenced` or `mutex`.
     label: &'static str,
 }
 
 impl PlainOps {
-    pub(crate) fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str, starvation: Starvation) -> Self {
         PlainOps {
             name: Arc::from(name),
             channel: names::lock_channel(name).into(),
             counter: slots::token_counter(name),
             name_counter: None,
+            starving: names::derived("ferrisson_lock_starving", name),
+            starvation,
             label: "lock",
         }
     }
 
     /// A fenced lock's: its tokens also go through the name's own counter.
-    pub(crate) fn fenced(name: &str) -> Self {
+    pub(crate) fn fenced(name: &str, starvation: Starvation) -> Self {
         PlainOps {
             name_counter: Some(names::token_key(name)),
             label: "fenced",
-            ..Self::new(name)
+            ..Self::new(name, starvation)
         }
     }
 
     /// An RMutex's: a plain lock that spans and metrics call `mutex`.
-    pub(crate) fn mutex(name: &str) -> Self {
+    pub(crate) fn mutex(name: &str, starvation: Starvation) -> Self {
         PlainOps {
             label: "mutex",
-            ..Self::new(name)
+            ..Self::new(name, starvation)
         }
+    }
+
+    fn handoff_ms(&self) -> u64 {
+        self.starvation.handoff.as_millis() as u64
     }
 }
 
@@ -87,14 +99,23 @@ impl LockOps for PlainOps {
         }
     }
 
-    fn acquire(&self, owner: &Owner, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
-        ScriptCall::new(&LOCK_ACQUIRE)
+    fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
+        let call = ScriptCall::new(&LOCK_ACQUIRE)
             .key(&*self.name)
-            .key(&self.counter)
-            .key(&self.name_counter)
-            .arg(&**owner.id())
-            .arg(lease_ms)
-            .arg(flag(stale))
+            .key(&self.counter);
+        // The starving set is a key only when the script may touch it (a fenced lock always
+        // passes it, to keep its name counter fourth).
+        let call = if want.starving || self.name_counter.is_some() {
+            call.key(&self.starving).key(&self.name_counter)
+        } else {
+            call
+        };
+        let call = call.arg(&**owner.id()).arg(lease_ms).arg(flag(want.stale));
+        if want.starving {
+            call.arg("1").arg(self.starvation.keep.as_millis() as u64)
+        } else {
+            call
+        }
     }
 
     fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
@@ -105,41 +126,56 @@ impl LockOps for PlainOps {
             return ScriptCall::new(&LOCK_RELEASE)
                 .key(&*self.name)
                 .key(&*self.channel)
-                .arg(owner);
+                .key(&self.starving)
+                .arg(owner)
+                .arg(self.handoff_ms());
         }
         ScriptCall::new(&LOCK_RELEASE)
             .key(&*self.name)
             .key(&*self.channel)
+            .key(&self.starving)
             .key_concat(&names::unlock_latch_pieces(&self.name, request.id))
             .arg(owner)
             .arg(lease_ms)
             .arg(request.latch_ttl_ms)
             .arg(request.resend_flag())
+            .arg(self.handoff_ms())
+    }
+
+    fn starves(&self) -> Option<Duration> {
+        self.starvation.threshold
+    }
+
+    fn leave(&self, owner: &Owner) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&LOCK_STARVING_LEAVE)
+                .key(&*self.name)
+                .key(&*self.channel)
+                .key(&self.starving)
+                .arg(&**owner.id())
+                .arg(self.handoff_ms()),
+        )
     }
 
     fn hands_over(&self) -> bool {
         true
     }
 
-    fn release_to(
-        &self,
-        owner: &Owner,
-        to: &Owner,
-        to_lease_ms: u64,
-        own_subscribers: u8,
-        resend: bool,
-    ) -> Option<ScriptCall> {
+    fn release_to(&self, owner: &Owner, to: Handoff<'_>, resend: bool) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&LOCK_HANDOVER)
                 .key(&*self.name)
                 .key(&*self.channel)
                 .key(&self.counter)
+                .key(&self.starving)
                 .key(&self.name_counter)
                 .arg(&**owner.id())
-                .arg(&**to.id())
-                .arg(to_lease_ms)
-                .arg(own_subscribers)
-                .arg(flag(resend)),
+                .arg(&**to.owner.id())
+                .arg(to.lease_ms)
+                .arg(to.own_subscribers)
+                .arg(flag(resend))
+                .arg(self.handoff_ms())
+                .arg(flag(to.starving)),
         )
     }
 

@@ -11,7 +11,7 @@ use crate::lease::Lease;
 use crate::lock::handover::Offer;
 use crate::lock::holder::{Holder, Holds};
 use crate::lock::leftover::take_back_later;
-use crate::lock::ops::ReleaseRequest;
+use crate::lock::ops::{Handoff, ReleaseRequest};
 use crate::lock::owner::Owner;
 use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
 
@@ -165,7 +165,7 @@ impl Holder {
         request_id: &str,
         offer: Offer,
     ) -> Result<Released> {
-        let (to, to_lease_ms) = (offer.owner.clone(), offer.lease_ms);
+        let (to, to_lease_ms, to_starving) = (offer.owner.clone(), offer.lease_ms, offer.starving);
         // Dropped unsettled (an error, or this future cancelled), it takes the waiter's possible
         // hold back before the waiter may try again.
         let mut pending = PendingHandover {
@@ -177,10 +177,15 @@ impl Holder {
         let to_ref: &Owner = &to;
         let result = with_resends(false, |resend| async move {
             // Counted at each send: the script subtracts this client's own subscriber.
-            let own = u8::from(self.inner().hub.is_subscribed(&self.channel()));
+            let to = Handoff {
+                owner: to_ref,
+                lease_ms: to_lease_ms,
+                own_subscribers: u8::from(self.inner().hub.is_subscribed(&self.channel())),
+                starving: to_starving,
+            };
             let call = self
                 .ops()
-                .release_to(owner, to_ref, to_lease_ms, own, resend)
+                .release_to(owner, to, resend)
                 .ok_or_else(|| Error::unexpected("this lock kind does not hand over"))?;
             let reply: Value = self.inner().executor.run(&call, self.name()).await?;
             parse_handover(&reply)
@@ -209,6 +214,10 @@ impl Holder {
                         });
                     }),
                 );
+                Ok(Released::Freed)
+            }
+            HandedOver::Released(Released::Freed) => {
+                pending.take().freed();
                 Ok(Released::Freed)
             }
             HandedOver::Released(released) => {

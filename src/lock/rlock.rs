@@ -77,12 +77,13 @@ pub struct RLock {
 
 impl RLock {
     pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
-        Self::of(core, locks, Box::new(PlainOps::new(name)))
+        let ops = Box::new(PlainOps::new(name, core.config.starvation));
+        Self::of(core, locks, ops)
     }
 
     /// An RMutex's handle: a plain lock observed as a `mutex`, each acquire its own owner.
     pub(crate) fn mutex(core: Arc<Core>, locks: Arc<ClientLocks>, name: &str) -> Self {
-        let ops = Box::new(PlainOps::mutex(name));
+        let ops = Box::new(PlainOps::mutex(name, core.config.starvation));
         Self::from_handle(Handle::single(core, locks, ops))
     }
 

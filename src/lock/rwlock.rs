@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::core::Core;
 use crate::lock::holder::LockOps;
-use crate::lock::ops::{ReleaseRequest, flag};
+use crate::lock::ops::{ReleaseRequest, Want, flag};
 use crate::lock::owner::{ClientLocks, Owner, Side};
 use crate::lock::rlock::RLock;
 use crate::script::{
@@ -280,7 +280,8 @@ impl LockOps for ReadOps {
         }
     }
 
-    fn acquire(&self, owner: &Owner, lease_ms: u64, _waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
+        let stale = want.stale;
         let n = &self.0;
         let id: &str = owner.id();
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
@@ -357,7 +358,8 @@ impl LockOps for WriteOps {
     /// would wait for itself, is refused.
     ///
     /// With writer preference, a refused caller that waits leaves (or refreshes) its mark.
-    fn acquire(&self, owner: &Owner, lease_ms: u64, waiting: bool, stale: bool) -> ScriptCall {
+    fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
+        let Want { waiting, stale, .. } = want;
         let n = &self.0;
         let id: &str = owner.id();
         let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)

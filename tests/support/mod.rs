@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod elsewhere;
 pub mod proxy;
 pub mod redisson;
+pub mod redisson_lock;
 pub mod sentinel;
 pub mod server;
 
@@ -44,10 +45,12 @@ pub fn builder_for(url: &str) -> ferrisson::ClientBuilder {
 }
 
 /// A client of `server` whose waiters, within a test's time, wake only by message: its re-check
-/// interval (the fallback for a lost message) is 30 s.
+/// interval (the fallback for a lost message) is 30 s, and starvation mode (whose waiters ask
+/// once more when they start to starve) is off.
 pub async fn message_only_client(server: &RedisServer) -> ferrisson::Client {
     builder(server)
         .recheck_interval(Duration::from_secs(30))
+        .lock_starvation_threshold(None)
         .build()
         .await
         .expect("client connects to the test server")
