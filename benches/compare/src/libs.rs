@@ -165,6 +165,38 @@ impl Lib for Ferrisson {
     }
 }
 
+impl FerrissonOwner {
+    pub fn new(lock: ferrisson::RLock) -> Self {
+        FerrissonOwner { lock, guard: None }
+    }
+}
+
+/// ferrisson with starvation mode off (`lock_starvation_threshold(None)`): the unfair policy
+/// alone, for workload 9.
+pub struct FerrissonUnfair {
+    pub client: ferrisson::Client,
+}
+
+impl Lib for FerrissonUnfair {
+    type O = FerrissonOwner;
+    const NAME: &'static str = "ferrisson (starvation mode off)";
+    async fn connect(url: &str) -> Result<Self> {
+        let client = ferrisson::Client::builder()
+            .url(url)
+            .lock_starvation_threshold(None)
+            .build()
+            .await
+            .map_err(e)?;
+        Ok(FerrissonUnfair { client })
+    }
+    async fn owner(self: &Arc<Self>, key: &str) -> Result<FerrissonOwner> {
+        Ok(FerrissonOwner::new(self.client.get_lock(key)))
+    }
+    fn config() -> String {
+        "as ferrisson, with `lock_starvation_threshold(None)`".into()
+    }
+}
+
 impl Owner for FerrissonOwner {
     async fn lock(&mut self) -> Result<()> {
         self.guard = Some(self.lock.lock().await.map_err(e)?);

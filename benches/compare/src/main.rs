@@ -5,7 +5,7 @@
 //!   cargo run --release --manifest-path benches/compare/Cargo.toml
 //!
 //! Environment, for working on one part (any of them but the last leaves BENCHMARKS.md alone):
-//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster,
+//! COMPARE_ONLY=ferrisson,rlock (library name substrings), COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster,fair,
 //! COMPARE_SKIP_LIMIT=1 (no redis-benchmark), COMPARE_SEQ_CYCLES=N (cycles per sequential run, e.g.
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only), COMPARE_CMDSTATS=1 (print every command's
 //! calls and Redis µs per cycle of workloads 4 and 4b, from INFO commandstats).
@@ -14,6 +14,7 @@
 //! semaphore workload, more holders than permits).
 
 mod cluster;
+mod fairness;
 mod libs;
 mod memory;
 mod semaphore;
@@ -531,7 +532,7 @@ type WdHold = fn(
     Box<dyn Future<Output = Result<Box<dyn std::any::Any + Send>>> + Send>,
 >;
 
-/// COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster limits the workloads (and then nothing is written).
+/// COMPARE_WORKLOADS=seq,cont,hand,many,zipf,wd,mem,sem,cluster,fair limits the workloads (and then nothing is written).
 fn workload(w: &str) -> bool {
     match std::env::var("COMPARE_WORKLOADS") {
         Ok(v) if !v.trim().is_empty() => v.split(',').any(|s| s.trim() == w),
@@ -705,6 +706,13 @@ async fn async_main() -> Result<()> {
         None
     };
 
+    // Workload 9: fairness across clients (and next to a Redisson-protocol client).
+    let fair = if workload("fair") {
+        Some(fairness::phase(&mut ctx).await)
+    } else {
+        None
+    };
+
     let elapsed = started.elapsed();
     let env = Env {
         nproc: sh("nproc", &[]),
@@ -722,7 +730,11 @@ async fn async_main() -> Result<()> {
         rustc: sh("rustc", &["--version"]),
         elapsed,
     };
-    let (tables, targets) = render(&results, &sem, cl.as_ref(), &limits);
+    let (mut tables, targets) = render(&results, &sem, cl.as_ref(), &limits);
+    if let Some(fair) = &fair {
+        tables.push('\n');
+        tables.push_str(&fairness::render(fair));
+    }
     println!("{tables}\n{targets}");
     let partial = [
         "COMPARE_ONLY",
@@ -754,7 +766,7 @@ async fn async_main() -> Result<()> {
         );
     }
     drop(ctx);
-    let violated: Vec<&str> = results
+    let violated: Vec<String> = results
         .iter()
         .filter(|r| {
             r.seq.violated()
@@ -772,6 +784,8 @@ async fn async_main() -> Result<()> {
                 .filter(|c| c.one.violated() || c.cluster.violated())
                 .map(|_| "ferrisson (workload 8)"),
         )
+        .map(str::to_owned)
+        .chain(fair.iter().flat_map(fairness::Fairness::violated))
         .collect();
     if !violated.is_empty() {
         eprintln!(
