@@ -83,7 +83,8 @@ if subscribers[2] - tonumber(ARGV[4]) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[6])
     redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
   elseif subscribers[2] > subscribers[4] then
-    -- Waiters that are not ferrisson clients get the first go (see lock_release.lua).
+    -- Waiters that are not ferrisson clients get the first go (see lock_release.lua; here the
+    -- count is known before the unlock message, which then follows this one).
     redis.call('publish', KEYS[2] .. ':ferrisson', '0')
   end
   redis.call('publish', KEYS[2], '0')

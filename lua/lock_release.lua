@@ -23,16 +23,15 @@
 -- removes them all. A short send is never resent as such: resends use the full form, whose
 -- latch this form never writes.
 --
--- The last hold going: when a waiter has said it starves, the lock goes straight to the one
--- that said so first, with the short handed lease (a waiter that died meanwhile delays the lock
--- by that much at most), and '0' is published on that waiter's own channel
--- (redisson_lock__channel:{name}:<owner>) and on the lock's, so that waiters elsewhere learn
--- how long the handed hold may last. Otherwise the lock is deleted and '0' published,
--- Redisson's unlock message (a literal: an argument costs Redis more per call, and the message
--- never varies). Before it, when the lock's channel has subscribers that are not ferrisson
--- clients (every ferrisson client waiting on the lock also listens on
+-- The last hold going: the lock is deleted and '0' published, Redisson's unlock message (a
+-- literal: an argument costs Redis more per call, and the message never varies). When somebody
+-- heard it: if a waiter has said it starves, the lock goes straight to the one that said so
+-- first, with the short handed lease (a waiter that died meanwhile delays the lock by that
+-- much at most), and '0' is published on that waiter's own channel
+-- (redisson_lock__channel:{name}:<owner>); else, when the lock's channel has subscribers that
+-- are not ferrisson clients (every ferrisson client waiting on the lock also listens on
 -- redisson_lock__channel:{name}:ferrisson; a Java Redisson waiter does not), '0' goes to that
--- channel first: ferrisson waiters then give those others the first go at the lock.
+-- channel too: ferrisson waiters then give those others the first go at the lock.
 --
 -- Replies: 1 released (the owner's last hold: lock deleted or handed, message published), 0
 -- (full form) holds of the owner remain, 3 (short form) the owner has several holds (nothing
@@ -64,24 +63,26 @@ if holds > 1 then
   redis.call('set', KEYS[4], 0, 'px', ARGV[3])
   return 0
 end
--- Counted before any write, so that a user refused PUBSUB changes nothing.
-local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
 redis.call('del', KEYS[1])
--- A live starving waiter listens on the lock's channel: without subscribers the set is not
--- read (the common, uncontended release; a dead waiter's entry goes with the set's TTL).
-if subscribers[2] > 0 then
+-- Waiters listen on the lock's channel: a release nobody hears (the common, uncontended one)
+-- reads nothing more. (A dead starving waiter's entry goes with its set's TTL.)
+if redis.call('publish', KEYS[2], '0') > 0 then
   local starving = redis.pcall('zpopmin', KEYS[3])
   if starving[1] == ARGV[1] then
     -- The owner's own entry, left by a grant the client could not clear it with.
     starving = redis.pcall('zpopmin', KEYS[3])
   end
   if starving[1] then
+    -- Handed before anyone woken by the message can ask: they find it held, for the short
+    -- handed lease at most.
     redis.call('hset', KEYS[1], starving[1], 1)
     redis.call('pexpire', KEYS[1], ARGV[5] or ARGV[2])
     redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
-  elseif subscribers[2] > subscribers[4] then
-    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+  else
+    local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
+    if subscribers[2] > subscribers[4] then
+      redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+    end
   end
 end
-redis.call('publish', KEYS[2], '0')
 return 1

@@ -19,23 +19,20 @@ if holds ~= '1' then
   redis.pcall('zrem', KEYS[3], ARGV[1])
   return 0
 end
--- Counted before any write, so that a user refused PUBSUB changes nothing.
-local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
 redis.pcall('zrem', KEYS[3], ARGV[1])
 redis.call('del', KEYS[1])
-local starving = {}
-if subscribers[2] > 0 then
-  starving = redis.pcall('zpopmin', KEYS[3])
-end
-if starving[1] then
-  redis.call('hset', KEYS[1], starving[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
-else
-  -- Other libraries' waiters get the first go, as in lock_release.lua.
-  if subscribers[2] > subscribers[4] then
-    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+-- As lock_release.lua's last hold.
+if redis.call('publish', KEYS[2], '0') > 0 then
+  local starving = redis.pcall('zpopmin', KEYS[3])
+  if starving[1] then
+    redis.call('hset', KEYS[1], starving[1], 1)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
+  else
+    local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
+    if subscribers[2] > subscribers[4] then
+      redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+    end
   end
 end
-redis.call('publish', KEYS[2], '0')
 return 1

@@ -772,7 +772,7 @@ async fn without_subscribe_waiters_are_refused_naming_the_channel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_pubsub_numsub_a_release_is_refused() {
+async fn without_pubsub_numsub_a_handover_is_refused() {
     let server = RedisServer::start();
     create_user(&server, "no-numsub", &["+pubsub|numsub"]).await;
     // A short lease: the refused release leaves the lock to it.
@@ -804,11 +804,6 @@ async fn without_pubsub_numsub_a_release_is_refused() {
         started.elapsed()
     );
     let guard = outcome.unwrap().expect("the lock once its lease ran out");
-    // Every release counts the lock's subscribers, before it changes anything.
-    let (what, _) = refused("unlock", guard.unlock()).await;
-    assert!(what.contains("lock_release"), "{what}");
-    assert!(
-        client.get_lock("app:orders").is_locked().await.unwrap(),
-        "the refused release changed nothing"
-    );
+    // Nobody waits: the release counts no subscribers.
+    guard.unlock().await.unwrap();
 }

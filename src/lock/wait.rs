@@ -170,6 +170,8 @@ where
         // Set when a local release freed the lock while this waiter napped: nap on until
         // `nap_end`, without an attempt.
         let mut nap_on = false;
+        // Woken by the lock's unlock message (not by a timer or its own channel).
+        let mut heard_unlock = false;
         let mut nap_end = Instant::now();
         loop {
             if let (Some(local), Some(rx)) = (&local, offer.take())
@@ -212,10 +214,17 @@ where
                         }
                     }
                 }
-                if starved.is_none()
-                    && let Some(until) = courtesy_until(client, courtesy.as_ref())
-                {
-                    hold_back(until, deadline).await;
+                if starved.is_none() && courtesy.is_some() {
+                    if std::mem::take(&mut heard_unlock) {
+                        // A release publishes its invitation to other libraries' waiters just
+                        // after the unlock message that woke this waiter: the hub, on the
+                        // client's own thread, reads both together, so a yield lets it note
+                        // the second.
+                        tokio::task::yield_now().await;
+                    }
+                    if let Some(until) = courtesy_until(client, courtesy.as_ref()) {
+                        hold_back(until, deadline).await;
+                    }
                 }
                 let asked = attempt(std::mem::take(&mut ask_server), starved.is_some());
                 let answer = match bound {
@@ -262,6 +271,7 @@ where
                     woken?;
                     crate::observe::woken(channel);
                     ask_server = true;
+                    heard_unlock = true;
                 }
                 woken = async {
                     match &starved {
