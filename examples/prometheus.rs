@@ -38,7 +38,9 @@ async fn main() -> ferrisson::Result<()> {
     let guard = lock.lock().await?;
     let waiter = client.get_lock("example:orders");
     let waiting = tokio::spawn(async move { waiter.lock().await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Long enough for the waiter to line up, short of the 50 ms after which it would also ask
+    // once more as a starving waiter (and a release meeting that request hands nothing over).
+    tokio::time::sleep(Duration::from_millis(20)).await;
     guard.unlock().await?;
     let handed = waiting.await.expect("the waiter does not panic")?;
 
