@@ -73,22 +73,55 @@ end
 
 local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
 if subscribers[2] - tonumber(ARGV[4]) > 0 then
-  redis.call('del', KEYS[1])
-  local starving = redis.pcall('zpopmin', KEYS[4])
-  if starving[1] == ARGV[1] then
-    starving = redis.pcall('zpopmin', KEYS[4])
+  -- Others wait: who gets the lock, as in lock_release.lua (other libraries' waiters and
+  -- starving waiters take turns; dead entries are dropped). Should the waiter picked for this
+  -- handover come up as the starving waiter to serve, it is handed over below as when nobody
+  -- else waits: a hold whose token the client learns, never a handed (provisional) one, which a
+  -- resend could not tell from that handover.
+  local foreign = subscribers[2] > subscribers[4]
+  local owed = foreign and redis.pcall('zscore', KEYS[4], '!')
+  local handed, picked
+  if owed and type(owed) ~= 'table' then
+    redis.call('zrem', KEYS[4], '!')
+  else
+    for _ = 1, 8 do
+      local entry = redis.pcall('zpopmin', KEYS[4])
+      if not entry[1] then
+        break
+      end
+      if entry[1] == ARGV[2] then
+        picked = true
+        break
+      end
+      if entry[1] ~= ARGV[1] and entry[1] ~= '!'
+          and redis.call('pubsub', 'numsub', KEYS[2] .. ':' .. entry[1])[2] > 0 then
+        handed = entry[1]
+        break
+      end
+    end
   end
-  if starving[1] then
-    redis.call('hset', KEYS[1], starving[1], 1)
-    redis.call('pexpire', KEYS[1], ARGV[6])
-    redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
-  elseif subscribers[2] > subscribers[4] then
-    -- Waiters that are not ferrisson clients get the first go (see lock_release.lua; here the
-    -- count is known before the unlock message, which then follows this one).
-    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+  if picked then
+    if foreign then
+      redis.call('zadd', KEYS[4], 'inf', '!')
+      redis.call('pexpire', KEYS[4], 60000)
+    end
+  else
+    redis.call('del', KEYS[1])
+    if handed then
+      redis.call('hset', KEYS[1], handed, 1)
+      redis.call('pexpire', KEYS[1], ARGV[6])
+      redis.call('publish', KEYS[2] .. ':' .. handed, '0')
+      if foreign then
+        redis.call('zadd', KEYS[4], 'inf', '!')
+        redis.call('pexpire', KEYS[4], 60000)
+      end
+    elseif foreign then
+      -- Here the count is known before the unlock message, which follows this one.
+      redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+    end
+    redis.call('publish', KEYS[2], '0')
+    return 0
   end
-  redis.call('publish', KEYS[2], '0')
-  return 0
 end
 
 local function counter_error(key, err)
@@ -134,6 +167,7 @@ if KEYS[5] then
   redis.call('set', KEYS[5], string.format('%d', token))
 end
 if ARGV[7] == '1' then
+  -- Starving (maybe the first of the set, handed over here instead of by the set).
   redis.pcall('zrem', KEYS[4], ARGV[2])
 end
 redis.call('hdel', KEYS[1], ARGV[1])

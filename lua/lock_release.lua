@@ -65,24 +65,46 @@ if holds > 1 then
 end
 redis.call('del', KEYS[1])
 -- Waiters listen on the lock's channel: a release nobody hears (the common, uncontended one)
--- reads nothing more. (A dead starving waiter's entry goes with its set's TTL.)
+-- reads nothing more.
 if redis.call('publish', KEYS[2], '0') > 0 then
-  local starving = redis.pcall('zpopmin', KEYS[3])
-  if starving[1] == ARGV[1] then
-    -- The owner's own entry, left by a grant the client could not clear it with.
-    starving = redis.pcall('zpopmin', KEYS[3])
-  end
-  if starving[1] then
-    -- Handed before anyone woken by the message can ask: they find it held, for the short
-    -- handed lease at most.
-    redis.call('hset', KEYS[1], starving[1], 1)
-    redis.call('pexpire', KEYS[1], ARGV[5] or ARGV[2])
-    redis.call('publish', KEYS[2] .. ':' .. starving[1], '0')
+  local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
+  -- Who gets the freed lock. Other libraries' waiters (subscribers of the lock's channel that
+  -- are not ferrisson clients) and ferrisson's starving waiters take turns: the marker '!' in the
+  -- starving set records that the last such release went to a starving waiter.
+  local foreign = subscribers[2] > subscribers[4]
+  local owed = foreign and redis.pcall('zscore', KEYS[3], '!')
+  local handed
+  if owed and type(owed) ~= 'table' then
+    redis.call('zrem', KEYS[3], '!')
   else
-    local subscribers = redis.call('pubsub', 'numsub', KEYS[2], KEYS[2] .. ':ferrisson')
-    if subscribers[2] > subscribers[4] then
-      redis.call('publish', KEYS[2] .. ':ferrisson', '0')
+    -- The first starving waiter still listening on its own channel: one that died or gave up
+    -- has left it (its entry goes here), and the releasing owner's own entry is stale.
+    for _ = 1, 8 do
+      local entry = redis.pcall('zpopmin', KEYS[3])
+      if not entry[1] then
+        break
+      end
+      if entry[1] ~= ARGV[1] and entry[1] ~= '!'
+          and redis.call('pubsub', 'numsub', KEYS[2] .. ':' .. entry[1])[2] > 0 then
+        handed = entry[1]
+        break
+      end
     end
+  end
+  if handed then
+    -- Handed before anyone woken by the unlock message can ask: they find it held, for the
+    -- short handed lease at most.
+    redis.call('hset', KEYS[1], handed, 1)
+    redis.call('pexpire', KEYS[1], ARGV[5] or ARGV[2])
+    redis.call('publish', KEYS[2] .. ':' .. handed, '0')
+    if foreign then
+      redis.call('zadd', KEYS[3], 'inf', '!')
+      redis.call('pexpire', KEYS[3], 60000)
+    end
+  elseif foreign then
+    -- Other libraries' waiters get the first go: ferrisson's waiters that do not starve hold
+    -- back when they hear this.
+    redis.call('publish', KEYS[2] .. ':ferrisson', '0')
   end
 end
 return 1

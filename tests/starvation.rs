@@ -79,53 +79,84 @@ async fn a_starving_waiter_of_another_client_gets_the_lock_before_the_releasers_
     assert!(!exists);
 }
 
+/// A starving waiter in another process that dies: killed, its entry is dropped at the next
+/// release (it no longer listens) and a live waiter gets the lock at once; hung (SIGSTOP: its
+/// connections stay open), it is handed the lock, which it never takes up, and the hold runs
+/// out after the handed lease, not the full one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_handed_to_a_killed_waiter_is_free_again_after_the_handed_lease() {
+async fn a_starving_waiter_that_dies_never_keeps_the_lock_past_the_handed_lease() {
     let server = RedisServer::start();
     let a = client(&server).await;
-    let held = a.get_lock("s").lock().await.unwrap();
-    // A waiter in another process, with the default 50 ms threshold.
-    let mut process = HolderProcess::spawn(&server, "s", 5_000, "lock");
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            starving_count(&server, STARVING).await == 1
-        })
-        .await,
-        "the waiting process joined the starving waiters"
-    );
-    process.kill().await;
-    // A live waiter elsewhere, who starves after the dead one.
     let other = client(&server).await;
-    let live = tokio::spawn({
-        let lock = other.get_lock("s");
-        async move {
-            let guard = lock
-                .try_lock_for(Duration::from_secs(5), None)
-                .await
-                .unwrap()
-                .expect("free again once the handed lease ran out");
-            guard.unlock().await.unwrap();
+    for hung in [false, true] {
+        let held = a.get_lock("s").lock().await.unwrap();
+        // A waiter in another process, with the default 50 ms threshold.
+        let mut process = HolderProcess::spawn(&server, "s", 5_000, "lock");
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                starving_count(&server, STARVING).await == 1
+            })
+            .await,
+            "the waiting process joined the starving waiters"
+        );
+        if hung {
+            process.stop();
+        } else {
+            process.kill().await;
         }
-    });
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            starving_count(&server, STARVING).await == 2
-        })
-        .await
-    );
-    held.unlock().await.unwrap();
-    let mut raw = server.raw().await;
-    let fields: Vec<String> = raw.hkeys("s").await.unwrap();
-    assert_eq!(fields.len(), 1, "handed to the dead waiter: {fields:?}");
-    let ttl: i64 = raw.pttl("s").await.unwrap();
-    assert!(
-        (1..=400).contains(&ttl),
-        "a handed hold lives the handed lease (400 ms here), not a full one: {ttl} ms"
-    );
-    // Nobody takes it up: it runs out, and the live waiter gets the lock then.
-    join_within(Duration::from_secs(5), [live], "the live waiter").await;
+        // A live waiter elsewhere, who starves after the dead one.
+        let live = tokio::spawn({
+            let lock = other.get_lock("s");
+            async move {
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(5), None)
+                    .await
+                    .unwrap()
+                    .expect("the live waiter gets the lock");
+                let got = std::time::Instant::now();
+                guard.unlock().await.unwrap();
+                got
+            }
+        });
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                starving_count(&server, STARVING).await == 2
+            })
+            .await
+        );
+        held.unlock().await.unwrap();
+        let released = std::time::Instant::now();
+        let got = join_within(Duration::from_secs(5), [live], "the live waiter")
+            .await
+            .pop()
+            .unwrap();
+        let after = got.duration_since(released);
+        if hung {
+            assert!(
+                after >= Duration::from_millis(300),
+                "handed to the hung waiter first, for the handed lease: {after:?}"
+            );
+        } else {
+            assert!(
+                after < Duration::from_millis(300),
+                "the killed waiter's entry was dropped, nothing handed to it: {after:?}"
+            );
+        }
+        assert!(
+            after < Duration::from_secs(2),
+            "within the handed lease: {after:?}"
+        );
+        let mut raw = server.raw().await;
+        let exists: bool = raw.exists("s").await.unwrap();
+        assert!(!exists);
+        let _: () = raw.del(STARVING).await.unwrap();
+        process.kill().await;
+    }
 }
 
+/// A waiter that stops waiting leaves the starving waiters, and gives back a lock handed to it
+/// that it never heard of (a lost message, or a release that ran as it gave up): the lock is
+/// free at once, not after the handed lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_starving_waiter_that_gives_up_gives_a_lock_handed_to_it_back() {
     let server = RedisServer::start();
@@ -307,4 +338,44 @@ async fn a_java_waiter_gets_the_first_go_at_a_lock_ferrisson_frees() {
         java_first >= 7,
         "the Java waiter got the first go in {java_first} of 10 rounds"
     );
+}
+
+/// A handover (another owner of the releasing client was picked) while a waiter of another
+/// client listens, when the picked waiter is itself the first starving waiter: handed over with
+/// a token and its full lease, never as a handed (provisional) hold, which a resend of the
+/// handover could not tell from the handover itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_to_the_first_starving_waiter_is_a_real_one() {
+    let server = RedisServer::start();
+    let mut raw = server.raw().await;
+    let _listening = support::Listener::on(&server, "redisson_lock__channel:{s}").await;
+    let _: () = raw.hset("s", "releaser", 1).await.unwrap();
+    let _: () = raw.zadd(STARVING, "waiter", 1).await.unwrap();
+    let script = redis::Script::new(include_str!("../lua/lock_handover.lua"));
+    let handover = |resend: &'static str| {
+        let mut inv = script.prepare_invoke();
+        inv.key("s")
+            .key("redisson_lock__channel:{s}")
+            .key("ferrisson_token:{s}")
+            .key(STARVING)
+            .arg("releaser")
+            .arg("waiter")
+            .arg(30_000)
+            .arg(0)
+            .arg(resend)
+            .arg(500)
+            .arg("1");
+        inv
+    };
+    let token: i64 = handover("0").invoke_async(&mut raw).await.unwrap();
+    assert!(token >= 1, "handed over with a token, not freed: {token}");
+    let ttl: i64 = raw.pttl("s").await.unwrap();
+    assert!(
+        ttl > 1_000,
+        "the waiter's own lease, not the handed one: {ttl} ms"
+    );
+    let entry: Option<f64> = raw.zscore(STARVING, "waiter").await.unwrap();
+    assert_eq!(entry, None, "out of the starving waiters");
+    let again: i64 = handover("1").invoke_async(&mut raw).await.unwrap();
+    assert_eq!(again, token, "a resend answers the same handover");
 }

@@ -188,10 +188,12 @@ impl Holder {
                     stale: false,
                     starving,
                 };
-                let answer = self.attempt(mode, want, ask_server).await;
-                if starving && matches!(answer, Ok(Attempt::Busy { .. })) {
+                if starving {
+                    // Armed before it is sent: an attempt dropped or failed after Redis ran it
+                    // may have put the owner in the starving set.
                     armed.store(true, Ordering::Relaxed);
                 }
+                let answer = self.attempt(mode, want, ask_server).await;
                 observed.attempt_answered(&answer);
                 answer
             },
@@ -200,7 +202,14 @@ impl Holder {
         )
         .await;
         let joined = queued.armed.swap(false, Ordering::Relaxed);
-        if joined && !matches!(result, Ok(Some(_))) {
+        let granted = matches!(result, Ok(Some(_)));
+        if joined && !queues && !granted {
+            // A starving waiter leaves in the background (see `leave_queue`); a grant took
+            // its entry out already.
+            let holder = self.clone();
+            self.inner()
+                .spawn(async move { holder.leave_queue().await });
+        } else if joined && !granted {
             match deadline {
                 // Within the budget (and a moment: a leave takes one round trip); past it, the
                 // leave goes on in the background (`queued` spawns it when dropped armed).
@@ -226,16 +235,24 @@ impl Holder {
         };
         // A starving waiter's leave also gives back a hold handed to it meanwhile, which it
         // tells from a hold of its own by holding nothing: no other operation of the owner may
-        // run until the leave is answered.
-        let holds = match self.ops().queues() {
+        // run until the leave is answered, and one whose outcome is unknown taints the owner
+        // (a late leave must never meet a later grant of the name). It runs in the background
+        // (see `acquire_observed`), so nothing cancels it half way.
+        let mut holds = match self.ops().queues() {
             true => None,
-            false => Some(self.holds().lock().await),
+            false => Some(self.holds().clone().lock_owned().await),
         };
         if holds.as_ref().is_some_and(|h| h.count() != 0) {
             return;
         }
         if let Err(e) = self.inner().executor.run::<i64>(&call, self.name()).await {
             tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
+            if let Some(holds) = holds.as_mut()
+                && e.outcome_unknown()
+            {
+                let lease_ms = self.inner().config.starvation.handoff.as_millis() as u64;
+                self.taint(holds, lease_ms);
+            }
         }
         drop(holds);
     }

@@ -151,16 +151,24 @@ where
         }
         // The courtesy channel first: a release between the two must not count this client
         // as another library's waiter.
-        let (_invited, subscription) = match &courtesy {
+        let (invited, subscription) = match &courtesy {
             Some(note) => {
                 let (invited, subscription) = futures::join!(
                     client.hub.subscribe_with(note, budget, Wake::Note),
                     client.hub.subscribe(channel, budget)
                 );
-                (Some(invited?), subscription?)
+                // Refused that channel (an ACL naming only the lock's), the waiter waits
+                // without the courtesy; releases then count this client as another library.
+                let invited = invited
+                    .inspect_err(|e| {
+                        tracing::debug!(channel = %note, error = %e, "cannot listen for invitations to other libraries' waiters");
+                    })
+                    .ok();
+                (invited, subscription?)
             }
             None => (None, client.hub.subscribe(channel, budget).await?),
         };
+        let courtesy = courtesy.filter(|_| invited.is_some());
         let local = register();
         // The receiver of the current nap, while a release may offer this waiter the lock.
         let mut offer: Option<oneshot::Receiver<Handed>> = None;

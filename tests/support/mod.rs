@@ -185,6 +185,16 @@ impl HolderProcess {
             .code()
     }
 
+    /// SIGSTOP: the process hangs, its connections stay open (a host that stopped answering).
+    pub fn stop(&self) {
+        let pid = self.child.id().expect("the holder runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("the kill command runs");
+        assert!(status.success(), "SIGSTOP the holder");
+    }
+
     /// SIGKILL, and wait until it is gone.
     pub async fn kill(&mut self) {
         self.child.start_kill().expect("kill the holder");

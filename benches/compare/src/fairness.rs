@@ -36,7 +36,16 @@ const A_DURATION: Duration = Duration::from_secs(5);
 const B_FERRISSON_CLIENTS: usize = 2;
 const B_WORKERS: usize = 2;
 const B_JAVA_THREADS: u64 = 2;
-const B_HOLD: Duration = Duration::from_millis(5);
+const B_HOLD_MS: u64 = 5;
+/// 9b's hold: 5 ms, or `COMPARE_FAIR_HOLD_MS` (longer holds make ferrisson's waiters starve).
+fn b_hold() -> Duration {
+    Duration::from_millis(
+        std::env::var("COMPARE_FAIR_HOLD_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(B_HOLD_MS),
+    )
+}
 const B_PAUSE: Duration = Duration::from_millis(1);
 const B_DURATION: Duration = Duration::from_secs(10);
 /// Past its duration, a run gives its waiters this long to finish before it counts as capped.
@@ -251,7 +260,7 @@ async fn with_java(url: String, starvation: bool) -> Result<Run> {
                 me.worst_ms = me.worst_ms.max(asked.elapsed().as_secs_f64() * 1e3);
                 inside.enter("redisson emulation");
                 me.grants += 1;
-                tokio::time::sleep(B_HOLD).await;
+                tokio::time::sleep(b_hold()).await;
                 inside.exit();
                 if thread.unlock().await? != Some(true) {
                     return Err(anyhow!("the Java thread's unlock found no hold"));
@@ -276,7 +285,7 @@ async fn with_java(url: String, starvation: bool) -> Result<Run> {
                 "ferrisson",
                 inside.clone(),
                 until,
-                B_HOLD,
+                b_hold(),
                 B_PAUSE,
             )));
         }
@@ -343,7 +352,7 @@ pub fn render(f: &Fairness) -> String {
     let _ = writeln!(
         out,
         "\n### Workload 9b: a Redisson-protocol client ({B_JAVA_THREADS} threads) next to {B_FERRISSON_CLIENTS} ferrisson clients × {B_WORKERS} workers, {} ms holds, {} ms pauses, {} s\n",
-        B_HOLD.as_millis(),
+        b_hold().as_millis(),
         B_PAUSE.as_millis(),
         B_DURATION.as_secs()
     );
