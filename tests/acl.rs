@@ -804,6 +804,10 @@ async fn without_pubsub_numsub_a_handover_is_refused() {
         started.elapsed()
     );
     let guard = outcome.unwrap().expect("the lock once its lease ran out");
-    // Nobody waits: the release counts no subscribers.
+    // Once nobody listens (the granted waiter's subscription goes in the background), a
+    // release reaches no subscriber and counts none.
+    server
+        .wait_subscribers("redisson_lock__channel:{app:orders}", 0)
+        .await;
     guard.unlock().await.unwrap();
 }
