@@ -212,7 +212,13 @@ async fn no_handover_while_a_waiter_of_another_client_is_subscribed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_style_subscriber_blocks_handover_too() {
     let server = RedisServer::start();
-    let client = client(&server).await;
+    // Without starvation mode, whose first starving waiter is handed over to however many
+    // others wait (tests/starvation.rs): this is about the plain policy.
+    let client = builder(&server)
+        .lock_starvation_threshold(None)
+        .build()
+        .await
+        .unwrap();
     // A foreign waiter is only a subscription on the lock's channel.
     let foreign = redis::Client::open(server.url()).unwrap();
     let mut pubsub = foreign.get_async_pubsub().await.unwrap();
