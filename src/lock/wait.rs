@@ -107,8 +107,7 @@ where
 {
     // Counted from before the first attempt. No deadline: wait for ever (also for a budget too
     // large for the clock). Only a bounded wait reads the clock.
-    let started = Instant::now();
-    let deadline = wait.and_then(|w| started.checked_add(w));
+    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     // An attempt sent as the budget ends (the last look, when a nap ran to the deadline) gets
     // a moment to be answered: a healthy server answers within it.
     let bound = deadline
@@ -128,6 +127,12 @@ where
     // The wait keeps a subscription, timers and an offer in its state: kilobytes that every
     // uncontended acquire would otherwise carry, and copy each time its future moves.
     Box::pin(async move {
+        // When the wait began, for starvation mode: the budget's start, or (an unbounded wait,
+        // whose uncontended acquire reads no clock) now, one attempt later.
+        let started = match (deadline, wait) {
+            (Some(d), Some(w)) => d - w,
+            _ => Instant::now(),
+        };
         if let Some(d) = deadline
             && Instant::now() >= d
         {
