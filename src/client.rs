@@ -8,12 +8,13 @@ use uuid::Uuid;
 use crate::config::{ClientBuilder, Config};
 use crate::connection::Connection;
 use crate::core::Core;
+use crate::deadline::capped;
 use crate::error::{Error, Result};
 use crate::lock::{ClientLocks, FairOps, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 use crate::owner::Owners;
 use crate::pubsub::Hub;
 use crate::runtime::ClientThread;
-use crate::script::{Executor, capped};
+use crate::script::Executor;
 use crate::topology::Target;
 use crate::watchdog::Watchdog;
 use redis::IntoConnectionInfo;
@@ -355,6 +356,11 @@ impl Client {
                     .into(),
             )
         })?;
+        let executor = if config.group_commit {
+            executor.with_group_commit(Some(thread.handle().clone()))
+        } else {
+            executor
+        };
         // The background work's own connection, homed on the client's thread.
         connection.set_own_home(thread.handle().clone());
         capped(config.connection_timeout, connection.open_own_now())
@@ -373,7 +379,10 @@ impl Client {
         if let Some(sentinels) = target.sentinels() {
             let follow = crate::topology::follow_master(
                 sentinels.clone(),
-                executor.clone(),
+                {
+                    let executor = executor.clone();
+                    move || executor.reopen()
+                },
                 hub.reconnector(),
                 shutdown_rx.clone(),
             );

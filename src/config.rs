@@ -24,6 +24,8 @@ pub(crate) struct Config {
     /// Replica-synced grants: at least this many replicas must acknowledge a grant within
     /// the duration, or it is undone.
     pub(crate) sync_replicas: Option<(u32, Duration)>,
+    /// Concurrent lock operations of one kind share script calls (group commit).
+    pub(crate) group_commit: bool,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
     /// Metrics carry a `lock` label with the object's name.
@@ -161,6 +163,7 @@ pub struct ClientBuilder {
     starvation_threshold: Option<Duration>,
     /// `None`: the default, 500 ms or the watchdog timeout if shorter.
     starvation_handoff: Option<Duration>,
+    group_commit: bool,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
     #[cfg(feature = "metrics")]
@@ -182,6 +185,7 @@ impl Default for ClientBuilder {
             fair_thread_wait: Duration::from_secs(300),
             starvation_threshold: Some(Duration::from_millis(50)),
             starvation_handoff: None,
+            group_commit: true,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "metrics")]
@@ -439,6 +443,31 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether lock operations that callers of this client send while another one of their kind
+    /// is on its way to the same server (the same cluster slot) wait for it and then go out
+    /// together, in one script call (group commit). A lone caller never waits: only operations
+    /// that would queue behind a call in flight are grouped. Redis then pays its fixed cost of
+    /// running a script once for the whole group, which is what lets many tasks locking
+    /// different keys get more grants out of Redis's one thread (BENCHMARKS.md, workload 4).
+    ///
+    /// Each operation keeps its own reply, error and cancellation. Applies to the acquires,
+    /// releases and handovers of [`RLock`](crate::RLock), [`RFencedLock`](crate::RFencedLock)
+    /// and the mutex. Default is true.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .group_commit(false) // every operation its own script call
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
+        self
+    }
+
     /// Whether the metrics of every lock, semaphore and latch carry a `lock` label with its
     /// name (feature `metrics`).
     ///
@@ -615,6 +644,7 @@ impl ClientBuilder {
                     .saturating_add(handoff)
                     .min(MAX_LEASE),
             },
+            group_commit: self.group_commit,
             #[cfg(feature = "tls")]
             tls: self.tls,
             #[cfg(feature = "metrics")]

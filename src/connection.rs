@@ -31,7 +31,7 @@ use redis::{
     Value,
 };
 
-use crate::script::capped;
+use crate::deadline::capped;
 use crate::topology::Target;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -50,6 +50,12 @@ pub(crate) async fn on_own_connection<F: Future>(work: F) -> F::Output {
 
 fn wants_own() -> bool {
     OWN.try_with(|_| ()).is_ok()
+}
+
+/// Whether the caller is the client's own background work (see [`on_own_connection`]): its
+/// calls go out alone, on its own connection, never in a list sent from a caller's runtime.
+pub(crate) fn on_own() -> bool {
+    wants_own()
 }
 
 /// One open connection: to one server (alone, or the master a sentinel named), or to a cluster

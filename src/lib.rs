@@ -7,6 +7,7 @@ mod combinator;
 mod config;
 mod connection;
 mod core;
+mod deadline;
 mod error;
 pub mod guide;
 mod lease;

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::deadline::capped;
 use crate::error::{Error, Result, permission_refusal};
 use crate::link::{Event, Link};
 use crate::map::Map;
-use crate::script::capped;
 use crate::topology::Target;
 
 /// The message that wakes every waiter of a channel (Redisson: a read or write unlock).

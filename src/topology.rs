@@ -10,7 +10,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisErro
 
 use crate::config::{Config, Topology};
 use crate::connection::Conn;
-use crate::script::capped;
+use crate::deadline::capped;
 
 /// The servers behind a client, and how to open a connection to them.
 #[derive(Clone)]
@@ -177,7 +177,7 @@ const MASTER_CHECK: Duration = Duration::from_secs(1);
 /// connection reopens either at once. Ends with `shutdown`.
 pub(crate) async fn follow_master(
     sentinels: Arc<Sentinels>,
-    executor: crate::script::Executor,
+    reopen_commands: impl Fn(),
     reconnect_hub: impl Fn(),
     mut shutdown: tokio::sync::watch::Receiver<()>,
 ) {
@@ -205,7 +205,7 @@ pub(crate) async fn follow_master(
                 .connected
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(now);
-            executor.reopen();
+            reopen_commands();
             reconnect_hub();
         }
     }

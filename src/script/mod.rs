@@ -5,248 +5,19 @@
 //! Redis answers NOSCRIPT (a restart, a failover, `SCRIPT FLUSH`), the executor loads the script
 //! and resends once: NOSCRIPT means the script did not run, so the resend cannot act twice.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs, Value,
-};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
+
+mod call;
+mod commit;
+
+pub(crate) use call::*;
 
 use crate::connection::Connection;
+use crate::deadline::capped;
 use crate::error::{Error, Result};
-
-/// One Lua script of `lua/`, embedded in the binary.
-#[derive(Debug)]
-pub(crate) struct LuaScript {
-    name: &'static str,
-    source: &'static str,
-    sha: OnceLock<String>,
-    /// The variant for sharded pub/sub (a Redis 7 cluster): SPUBLISH for PUBLISH, PUBSUB
-    /// SHARDNUMSUB for PUBSUB NUMSUB; its source and SHA.
-    sharded: OnceLock<(String, String)>,
-}
-
-impl LuaScript {
-    const fn new(name: &'static str, source: &'static str) -> Self {
-        LuaScript {
-            name,
-            source,
-            sha: OnceLock::new(),
-            sharded: OnceLock::new(),
-        }
-    }
-
-    pub(crate) fn sha(&self) -> &str {
-        self.sha
-            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
-    }
-
-    fn sharded(&self) -> &(String, String) {
-        self.sharded.get_or_init(|| {
-            let source = self
-                .source
-                .replace("call('publish',", "call('spublish',")
-                .replace("'pubsub', 'numsub'", "'pubsub', 'shardnumsub'");
-            let sha = redis::Script::new(&source).get_hash().to_owned();
-            (source, sha)
-        })
-    }
-
-    /// The source to load: the sharded variant when `sharded`.
-    fn source_for(&self, sharded: bool) -> &str {
-        if sharded {
-            &self.sharded().0
-        } else {
-            self.source
-        }
-    }
-
-    /// The SHA to call: the sharded variant's when `sharded`.
-    pub(crate) fn sha_for(&self, sharded: bool) -> &str {
-        if sharded {
-            &self.sharded().1
-        } else {
-            self.sha()
-        }
-    }
-}
-
-macro_rules! scripts {
-    ($($ident:ident => $file:literal),* $(,)?) => {
-        $(pub(crate) static $ident: LuaScript =
-            LuaScript::new($file, include_str!(concat!("../lua/", $file, ".lua")));)*
-        /// Every script, for loading them all at connect time.
-        pub(crate) static ALL: &[&LuaScript] = &[$(&$ident),*];
-    };
-}
-
-scripts! {
-    LOCK_ACQUIRE => "lock_acquire",
-    LOCK_RELEASE => "lock_release",
-    LOCK_HANDOVER => "lock_handover",
-    LOCK_RENEW => "lock_renew",
-    LOCK_REPAIR => "lock_repair",
-    LOCK_FORCE_UNLOCK => "lock_force_unlock",
-    LOCK_INSPECT => "lock_inspect",
-    LOCK_STARVING_LEAVE => "lock_starving_leave",
-    RWLOCK_READ_ACQUIRE => "rwlock_read_acquire",
-    RWLOCK_READ_RELEASE => "rwlock_read_release",
-    RWLOCK_READ_RENEW => "rwlock_read_renew",
-    RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire",
-    RWLOCK_WRITE_RELEASE => "rwlock_write_release",
-    RWLOCK_REPAIR => "rwlock_repair",
-    RWLOCK_WRITER_LEAVE => "rwlock_writer_leave",
-    FAIR_ACQUIRE => "fair_acquire",
-    FAIR_RELEASE => "fair_release",
-    FAIR_LEAVE => "fair_leave",
-    LATCH_TRY_SET => "latch_try_set",
-    LATCH_COUNT_DOWN => "latch_count_down",
-    LATCH_DELETE => "latch_delete",
-    SEMAPHORE_ACQUIRE => "semaphore_acquire",
-    SEMAPHORE_UNDO => "semaphore_undo",
-    SEMAPHORE_RELEASE => "semaphore_release",
-    SEMAPHORE_SET => "semaphore_set",
-    PERMIT_ACQUIRE => "permit_acquire",
-    PERMIT_RELEASE => "permit_release",
-    PERMIT_RENEW => "permit_renew",
-    PERMIT_SET => "permit_set",
-    REVOKE => "revoke",
-}
-
-/// One invocation of a script: its keys, then its arguments.
-///
-/// Every key and argument is written into one buffer, so a call costs two allocations however
-/// many parts it has (the client's allocations are the largest part of its cost per lock
-/// operation: see `benches/allocs.rs`).
-#[derive(Debug)]
-pub(crate) struct ScriptCall {
-    script: &'static LuaScript,
-    /// The keys and arguments, back to back.
-    bytes: Vec<u8>,
-    /// Where each key or argument starts in `bytes` (it ends where the next one starts), and
-    /// whether it is a key.
-    parts: Vec<(usize, bool)>,
-}
-
-impl ScriptCall {
-    pub(crate) fn new(script: &'static LuaScript) -> Self {
-        ScriptCall {
-            script,
-            // A release's keys and arguments (a name, its channel and latch key, an owner and
-            // a request id, both with a UUID) take about 200 bytes.
-            bytes: Vec::with_capacity(256),
-            parts: Vec::with_capacity(8),
-        }
-    }
-
-    pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
-        key.write_redis_args(&mut Parts {
-            call: &mut self,
-            keys: true,
-        });
-        self
-    }
-
-    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut Parts {
-            call: &mut self,
-            keys: false,
-        });
-        self
-    }
-
-    /// One key written in pieces, without building it first (`prefix:{name}:id` and such).
-    pub(crate) fn key_concat(self, pieces: &[&str]) -> Self {
-        self.concat(pieces, true)
-    }
-
-    /// One argument written in pieces, without building it first (`<owner>:write`).
-    pub(crate) fn arg_concat(self, pieces: &[&str]) -> Self {
-        self.concat(pieces, false)
-    }
-
-    fn concat(mut self, pieces: &[&str], key: bool) -> Self {
-        self.parts.push((self.bytes.len(), key));
-        for piece in pieces {
-            self.bytes.extend_from_slice(piece.as_bytes());
-        }
-        self
-    }
-
-    /// The keys, or the arguments, in the order they were given.
-    fn of_kind(&self, keys: bool) -> impl Iterator<Item = &[u8]> {
-        self.parts
-            .iter()
-            .enumerate()
-            .filter(move |(_, (_, key))| *key == keys)
-            .map(|(i, (start, _))| {
-                let end = self.parts.get(i + 1).map_or(self.bytes.len(), |p| p.0);
-                &self.bytes[*start..end]
-            })
-    }
-
-    /// What a refusal names: the script and every key it was given.
-    fn describe(&self) -> String {
-        let keys: Vec<String> = self
-            .of_kind(true)
-            .map(|k| String::from_utf8_lossy(k).into_owned())
-            .collect();
-        format!(
-            "script {} (EVALSHA) with keys [{}]",
-            self.script.name,
-            keys.join(", ")
-        )
-    }
-
-    fn evalsha(&self, sharded: bool) -> Cmd {
-        let keys = self.parts.iter().filter(|(_, key)| *key).count();
-        // EVALSHA, the SHA (40 bytes) and the key count (at most 20 digits), then the parts.
-        let mut cmd = Cmd::with_capacity(3 + self.parts.len(), 67 + self.bytes.len());
-        cmd.arg("EVALSHA")
-            .arg(self.script.sha_for(sharded))
-            .arg(keys);
-        for part in self.of_kind(true).chain(self.of_kind(false)) {
-            cmd.arg(part);
-        }
-        cmd
-    }
-}
-
-/// Writes keys or arguments into a [`ScriptCall`].
-struct Parts<'a> {
-    call: &'a mut ScriptCall,
-    keys: bool,
-}
-
-impl RedisWrite for Parts<'_> {
-    fn write_arg(&mut self, arg: &[u8]) {
-        self.call.parts.push((self.call.bytes.len(), self.keys));
-        self.call.bytes.extend_from_slice(arg);
-    }
-
-    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
-        use std::io::Write as _;
-        self.call.parts.push((self.call.bytes.len(), self.keys));
-        // Writing into a Vec cannot fail.
-        let _ = write!(self.call.bytes, "{arg}");
-    }
-
-    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
-        self.call.parts.push((self.call.bytes.len(), self.keys));
-        &mut self.call.bytes
-    }
-
-    fn reserve_space_for_args(&mut self, additional: impl IntoIterator<Item = usize>) {
-        let mut count = 0;
-        let mut bytes = 0;
-        for size in additional {
-            count += 1;
-            bytes += size;
-        }
-        self.call.parts.reserve(count);
-        self.call.bytes.reserve(bytes);
-    }
-}
 
 /// Runs scripts and commands on the client's command connection, each within a hard time cap.
 #[derive(Clone)]
@@ -258,6 +29,8 @@ pub(crate) struct Executor {
     /// Replica-synced grants: their own connection (WAIT blocks it), and how many replicas
     /// must acknowledge within how long.
     synced: Option<(Arc<Connection>, u32, Duration)>,
+    /// Group commit of the kinds that have a list form (see [`commit`]); `None` when off.
+    commit: Option<Arc<commit::Commit>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -273,6 +46,7 @@ impl Executor {
             cap,
             sharded: false,
             synced: None,
+            commit: None,
         }
     }
 
@@ -334,6 +108,20 @@ impl Executor {
         Ok((value, Some((acked, *acks))))
     }
 
+    /// Turns group commit on: operations of a kind with a list form that find one of their kind
+    /// on its way queue, and leave together in one call when it is back (see [`commit`]). Set
+    /// after [`with_sharded`](Self::with_sharded). `fallback`: where a list is sent from when
+    /// the caller that passes it on runs outside a runtime.
+    pub(crate) fn with_group_commit(mut self, fallback: Option<tokio::runtime::Handle>) -> Self {
+        self.commit = Some(Arc::new(commit::Commit::new(
+            self.conn.clone(),
+            self.cap,
+            self.sharded,
+            fallback,
+        )));
+        self
+    }
+
     /// Makes scripts publish with SPUBLISH (see [`Executor::probe_sharded`]).
     pub(crate) fn with_sharded(mut self, sharded: bool) -> Self {
         self.sharded = sharded;
@@ -385,6 +173,18 @@ impl Executor {
     }
 
     async fn run_value(&self, call: &ScriptCall) -> std::result::Result<Value, RedisError> {
+        // Held while the call is on its way alone: passes its lane on when dropped.
+        let mut _turn = None;
+        if let Some(commit) = &self.commit {
+            commit.settle(call).await;
+            if !crate::connection::on_own() {
+                match commit.enter(call) {
+                    Some(commit::Entry::Listed(waiting)) => return waiting.await,
+                    Some(commit::Entry::Alone(turn)) => _turn = Some(turn),
+                    None => {}
+                }
+            }
+        }
         let cmd = call.evalsha(self.sharded);
         match self.query(&cmd).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -509,22 +309,5 @@ impl Executor {
     }
 }
 
-/// Bounds a Redis future by `cap`, turning the overrun into an I/O timeout error: the command
-/// may still run on the server, and callers treat the outcome as unknown.
-pub(crate) async fn capped<T>(
-    cap: Duration,
-    fut: impl std::future::Future<Output = std::result::Result<T, RedisError>>,
-) -> std::result::Result<T, RedisError> {
-    match tokio::time::timeout(cap, fut).await {
-        Ok(result) => result,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no reply from redis within {cap:?}"),
-        )
-        .into()),
-    }
-}
-
 #[cfg(test)]
-#[path = "script_tests.rs"]
 mod tests;

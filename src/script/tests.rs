@@ -6,17 +6,17 @@ use super::*;
 fn every_script_opens_with_its_contract() {
     for script in ALL {
         assert!(
-            script.source.starts_with("-- "),
+            script.text().starts_with("-- "),
             "{} lacks its header",
             script.name
         );
         assert!(
-            script.source.contains("KEYS["),
+            script.text().contains("KEYS["),
             "{} documents no keys",
             script.name
         );
         assert!(
-            script.source.contains("Repl"),
+            script.text().contains("Repl"),
             "{} documents no reply",
             script.name
         );
@@ -27,10 +27,10 @@ fn every_script_opens_with_its_contract() {
 #[test]
 fn sharded_variants_publish_with_spublish_only() {
     for script in ALL {
-        let publishes = script.source.matches("call('publish',").count();
+        let publishes = script.text().matches("call('publish',").count();
         // Every publish is written the one way the sharded variant rewrites.
         assert_eq!(
-            script.source.matches("'publish'").count(),
+            script.text().matches("'publish'").count(),
             publishes,
             "{} publishes in another form",
             script.name
@@ -116,4 +116,26 @@ fn timeouts_become_io_timeouts() {
         ))
         .unwrap_err();
     assert!(err.is_timeout());
+}
+
+#[test]
+fn list_forms_read_the_clock_once_per_list() {
+    for script in ALL {
+        let Some(list) = script.listed() else {
+            continue;
+        };
+        assert!(list.text().contains("local function one(KEYS, ARGV)"));
+        assert_eq!(
+            list.text().matches("redis.call('time')").count(),
+            1,
+            "{}: only list_time reads the clock",
+            list.name
+        );
+        assert_eq!(
+            list.text().matches("list_time()").count(),
+            script.text().matches("redis.call('time')").count() + 1,
+            "{}",
+            list.name
+        );
+    }
 }

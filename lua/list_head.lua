@@ -1,0 +1,28 @@
+-- The list form of a script: several operations of one kind in one call (group commit). The
+-- script of one operation, below, runs once for each, in the order given, with its own KEYS
+-- and ARGV; each sees what the ones before it wrote, as if they had been sent one after another.
+--
+-- KEYS[]   every operation's keys, one operation's after another's
+-- ARGV[]   for each operation: how many keys it has, how many arguments, then its arguments
+--
+-- Replies: a flat array with two entries per operation, in order: 0 and the operation's reply
+-- (nil as false), or 1 and its error's message (a returned error reply, or an error raised by
+-- a command it ran). An operation's error ends that operation only, as a call of its own would
+-- have ended, and what it wrote before stays written; the others run as usual.
+--
+-- Cost: Redis's fixed cost of running a script and of filling KEYS and ARGV, about half of a
+-- lock cycle's time (BENCHMARKS.md, notes), is paid once for the whole list.
+
+-- One reading of the server's clock serves the whole list (the operations' own TIME calls are
+-- rewritten to this): TIME costs Redis about 1 µs a call, as much as a small write, and a list
+-- runs in well under a millisecond. A fresh grant's token is still above its slot's counter, and
+-- at least the clock when the list started, so tokens keep increasing per name.
+local clock
+local function list_time()
+  if not clock then
+    clock = redis.call('time')
+  end
+  return clock
+end
+
+local function one(KEYS, ARGV)

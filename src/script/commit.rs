@@ -1,0 +1,601 @@
+//! Group commit: operations of one kind that callers send while an earlier one of the kind is
+//! on its way to the same server (the same cluster slot) wait, and leave together in one call of
+//! the kind's list form when it comes back.
+//!
+//! Redis pays a fixed cost for every script it runs, about half of what a lock cycle costs it,
+//! and its one thread is what many tasks locking different keys run out of first. A call that
+//! carries eight operations pays that cost once. A lone caller never waits for company: its
+//! operation goes out at once, as its own call, and only operations that find one of their kind
+//! in flight queue behind it, for at most that call's round trip.
+//!
+//! Each operation keeps its own reply and its own error. One cancelled while it waits is taken
+//! out and never reaches Redis; one cancelled after its list was sent leaves the object
+//! *unsettled* until the list's reply is in, and every later call on the same object waits for
+//! that first (the repair of a cancelled acquire must not overtake the acquire).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, oneshot};
+
+use super::call::{LuaScript, ScriptCall};
+use crate::connection::Connection;
+
+/// The most operations one list call carries: more wait for the next call (a list runs for
+/// about 5 µs an operation, during which Redis serves nobody else).
+const MOST_PER_CALL: usize = 64;
+
+fn in_flight_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("FERRISSON_LANE_CALLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    })
+}
+
+/// Where an operation is: queued, taken into a list (sent, or about to be), taken out of the
+/// queue by its caller's cancellation, cancelled by its caller after it was taken, or answered.
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const CANCELLED: u8 = 2;
+const ABANDONED: u8 = 3;
+const DONE: u8 = 4;
+
+/// The group commit of one executor: its lanes, one per kind and slot, and the operations whose
+/// callers gave up on them after they were sent.
+pub(super) struct Commit {
+    conn: Arc<Connection>,
+    cap: Duration,
+    sharded: bool,
+    /// Lanes are per cluster slot (a script may touch one slot only), one lane otherwise.
+    per_slot: bool,
+    lanes: Mutex<HashMap<LaneKey, Lane>>,
+    unsettled: Arc<Unsettled>,
+    /// Where a list is sent from when the caller that passes it on has no runtime.
+    fallback: Option<Handle>,
+}
+
+/// A lane: the script's address and the cluster slot.
+type LaneKey = (usize, u16);
+
+#[derive(Default)]
+struct Lane {
+    /// Calls of this lane on their way.
+    in_flight: usize,
+    queue: Vec<Queued>,
+}
+
+/// An operation waiting for its lane, and where its reply goes.
+struct Queued {
+    call: ScriptCall,
+    op: Arc<Op>,
+    reply: Option<oneshot::Sender<RedisResult<Value>>>,
+    unsettled: Arc<Unsettled>,
+}
+
+impl Queued {
+    /// Hands the operation its reply; the object is settled then.
+    fn answer(mut self, result: RedisResult<Value>) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
+        self.op.done(&self.unsettled);
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // Never answered (its list was dropped with its runtime, or it was cancelled while
+        // queued): its caller, if still there, hears that the outcome is unknown, and the object
+        // is settled as far as this client can tell.
+        if self.op.state.load(Ordering::Acquire) != DONE {
+            self.op.done(&self.unsettled);
+        }
+    }
+}
+
+/// One operation's state, shared by its caller and the lane.
+struct Op {
+    state: AtomicU8,
+    /// Told when the operation is answered.
+    landed: Notify,
+    /// The object it acts on (its first key).
+    object: Box<[u8]>,
+}
+
+impl Op {
+    fn done(&self, unsettled: &Unsettled) {
+        let before = self.state.swap(DONE, Ordering::AcqRel);
+        self.landed.notify_waiters();
+        if before == ABANDONED {
+            unsettled.remove(self);
+        }
+    }
+
+    async fn landed(&self) {
+        loop {
+            let landed = self.landed.notified();
+            if self.state.load(Ordering::Acquire) == DONE {
+                return;
+            }
+            landed.await;
+        }
+    }
+}
+
+/// Operations sent in a list whose callers gave up on them before the reply came.
+#[derive(Default)]
+struct Unsettled {
+    count: AtomicUsize,
+    ops: Mutex<Vec<Arc<Op>>>,
+}
+
+impl Unsettled {
+    fn ops(&self) -> MutexGuard<'_, Vec<Arc<Op>>> {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remove(&self, op: &Op) {
+        let mut ops = self.ops();
+        if let Some(at) = ops.iter().position(|o| std::ptr::eq(&**o, op)) {
+            ops.swap_remove(at);
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// How a call goes out: alone (the lane was idle; the turn passes the lane on when dropped), or
+/// in a list, whose reply the caller awaits.
+pub(super) enum Entry {
+    Alone(Turn),
+    Listed(Waiting),
+}
+
+impl Commit {
+    pub(super) fn new(
+        conn: Arc<Connection>,
+        cap: Duration,
+        sharded: bool,
+        fallback: Option<Handle>,
+    ) -> Self {
+        let per_slot = conn.target().is_cluster();
+        Commit {
+            conn,
+            cap,
+            sharded,
+            per_slot,
+            lanes: Mutex::default(),
+            unsettled: Arc::default(),
+            fallback,
+        }
+    }
+
+    fn lanes(&self) -> MutexGuard<'_, HashMap<LaneKey, Lane>> {
+        // Every change to a lane is made whole before the lock is let go.
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no operation on `call`'s object that a caller gave up on is still on its way.
+    pub(super) async fn settle(&self, call: &ScriptCall) {
+        if self.unsettled.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let object = call.first_key();
+        let waits: Vec<Arc<Op>> = self
+            .unsettled
+            .ops()
+            .iter()
+            .filter(|op| &*op.object == object)
+            .cloned()
+            .collect();
+        for op in waits {
+            op.landed().await;
+        }
+    }
+
+    /// Sends `call` alone when its lane is idle, else queues it for the lane's next list.
+    /// `None`: the script has no list form.
+    pub(super) fn enter(self: &Arc<Self>, call: &ScriptCall) -> Option<Entry> {
+        let key = self.lane(call)?;
+        let mut lanes = self.lanes();
+        let lane = lanes.entry(key).or_default();
+        if lane.in_flight < in_flight_max() {
+            lane.in_flight += 1;
+            return Some(Entry::Alone(Turn {
+                commit: self.clone(),
+                key,
+            }));
+        }
+        let op = Arc::new(Op {
+            state: AtomicU8::new(QUEUED),
+            landed: Notify::new(),
+            object: call.first_key().into(),
+        });
+        let (reply, rx) = oneshot::channel();
+        lane.queue.push(Queued {
+            call: call.clone(),
+            op: op.clone(),
+            reply: Some(reply),
+            unsettled: self.unsettled.clone(),
+        });
+        Some(Entry::Listed(Waiting {
+            rx,
+            op,
+            commit: self.clone(),
+        }))
+    }
+
+    /// The lane of `call`: its kind's list form and, on a cluster, its slot.
+    fn lane(&self, call: &ScriptCall) -> Option<LaneKey> {
+        let list = call.script.listed()?;
+        let slot = if self.per_slot {
+            crate::slots::key_slot(&String::from_utf8_lossy(call.first_key())) as u16
+        } else {
+            0
+        };
+        Some((list as *const LuaScript as usize, slot))
+    }
+
+    /// The lane's call came back (or its caller gave up on it): the next list goes, or the lane
+    /// is idle.
+    fn pass(self: &Arc<Self>, key: LaneKey) {
+        let Some(list) = self.take(key) else {
+            return;
+        };
+        let sending = Sending {
+            commit: self.clone(),
+            key,
+            list,
+            finished: false,
+        };
+        let work = sending.run();
+        match Handle::try_current().ok().or_else(|| self.fallback.clone()) {
+            Some(runtime) => drop(runtime.spawn(work)),
+            // Nowhere to send from: dropped, the list answers its callers that the outcome is
+            // unknown (nothing was sent) and frees the lane.
+            None => drop(work),
+        }
+    }
+
+    /// The lane's next list, or `None` after marking it idle.
+    fn take(&self, key: LaneKey) -> Option<Vec<Queued>> {
+        let mut lanes = self.lanes();
+        let lane = lanes.get_mut(&key)?;
+        loop {
+            let end = lane.queue.len().min(MOST_PER_CALL);
+            let list: Vec<Queued> = lane
+                .queue
+                .drain(..end)
+                .filter(|q| {
+                    q.op.state
+                        .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                })
+                .collect();
+            if !list.is_empty() {
+                return Some(list);
+            }
+            if lane.queue.is_empty() {
+                lane.in_flight -= 1;
+                if lane.in_flight == 0 {
+                    lanes.remove(&key);
+                }
+                return None;
+            }
+        }
+    }
+
+    /// Sends `list`, answering each operation its own reply.
+    async fn send(&self, list: Vec<Queued>) {
+        if let [only] = list.as_slice() {
+            let result = self.send_one(&only.call).await;
+            for queued in list {
+                queued.answer(result.clone());
+            }
+            return;
+        }
+        let calls: Vec<&ScriptCall> = list.iter().map(|q| &q.call).collect();
+        let script = calls[0]
+            .script
+            .listed()
+            .expect("queued calls have a list form");
+        let cmd = ScriptCall::list_evalsha(script, &calls, self.sharded);
+        let result = match self.conn.send(&cmd, self.cap).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                tracing::debug!(script = script.name(), "NOSCRIPT: loading and resending");
+                // NOSCRIPT: nothing ran, so the whole list goes again.
+                match self
+                    .conn
+                    .send(&script.load_cmd(self.sharded), self.cap)
+                    .await
+                {
+                    Ok(_) => self.conn.send(&cmd, self.cap).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        match result.map(|replies| split(replies, list.len())) {
+            Ok(Ok(replies)) => {
+                for (queued, reply) in list.into_iter().zip(replies) {
+                    queued.answer(reply);
+                }
+            }
+            Ok(Err(e)) | Err(e) => {
+                for queued in list {
+                    queued.answer(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    async fn send_one(&self, call: &ScriptCall) -> RedisResult<Value> {
+        let cmd = call.evalsha(self.sharded);
+        match self.conn.send(&cmd, self.cap).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.conn
+                    .send(&call.script.load_cmd(self.sharded), self.cap)
+                    .await?;
+                self.conn.send(&cmd, self.cap).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Splits a list form's reply into the replies of its `n` operations. A reply of another shape
+/// is an error for all of them, and their outcome unknown (they may have run).
+fn split(replies: Value, n: usize) -> Result<Vec<RedisResult<Value>>, RedisError> {
+    let unexpected = |what: &str| -> RedisError {
+        std::io::Error::other(format!("a list of {n} script calls answered {what}")).into()
+    };
+    let Value::Array(items) = replies else {
+        return Err(unexpected(&format!("{replies:?}")));
+    };
+    if items.len() != 2 * n {
+        return Err(unexpected(&format!("{} values", items.len())));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut items = items.into_iter();
+    while let (Some(tag), Some(reply)) = (items.next(), items.next()) {
+        out.push(match (tag, reply) {
+            (Value::Int(0), reply) => Ok(reply),
+            (Value::Int(1), Value::BulkString(message)) => Err(server_error(&message)),
+            (tag, reply) => return Err(unexpected(&format!("{tag:?} {reply:?}"))),
+        });
+    }
+    Ok(out)
+}
+
+/// The error Redis would have answered for `message` (`CODE detail`) had the operation been a
+/// call of its own.
+fn server_error(message: &[u8]) -> RedisError {
+    let mut line = Vec::with_capacity(message.len() + 3);
+    line.push(b'-');
+    line.extend(
+        message
+            .iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    line.extend_from_slice(b"\r\n");
+    match redis::parse_redis_value(&line) {
+        Ok(Value::ServerError(e)) => e.into(),
+        _ => RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "script error",
+            String::from_utf8_lossy(message).into_owned(),
+        )),
+    }
+}
+
+/// A list on its way, and the lane it holds: it sends the lane's lists until the lane's queue
+/// is empty. Dropped before that (its runtime ended), it answers every operation left that the
+/// outcome is unknown and frees the lane.
+struct Sending {
+    commit: Arc<Commit>,
+    key: LaneKey,
+    list: Vec<Queued>,
+    finished: bool,
+}
+
+impl Sending {
+    async fn run(mut self) {
+        loop {
+            let list = std::mem::take(&mut self.list);
+            self.commit.send(list).await;
+            match self.commit.take(self.key) {
+                Some(next) => self.list = next,
+                None => {
+                    self.finished = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        // Dropped on its way (its runtime ended): the list's operations, and those queued behind
+        // it, are dropped unanswered, so their callers hear that the outcome is unknown, and the
+        // lane is idle again.
+        while let Some(list) = self.commit.take(self.key) {
+            drop(list);
+        }
+    }
+}
+
+/// The lane of a call sent alone: passed on when the call is answered or given up.
+pub(super) struct Turn {
+    commit: Arc<Commit>,
+    key: LaneKey,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.commit.pass(self.key);
+    }
+}
+
+/// The reply of an operation sent in a list. Dropped before it is in, the operation is taken out
+/// of its lane's queue if it is still there, or else counts as unsettled until it is answered.
+pub(super) struct Waiting {
+    rx: oneshot::Receiver<RedisResult<Value>>,
+    op: Arc<Op>,
+    commit: Arc<Commit>,
+}
+
+impl Future for Waiting {
+    type Output = RedisResult<Value>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|reply| {
+            reply.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the task sending this call with others ended before their reply came",
+                )
+                .into())
+            })
+        })
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let state = &self.op.state;
+        if state
+            .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return;
+        }
+        let unsettled = &self.commit.unsettled;
+        let mut ops = unsettled.ops();
+        if state
+            .compare_exchange(TAKEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            ops.push(self.op.clone());
+            unsettled.count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::script::LOCK_ACQUIRE;
+
+    /// A commit whose connection is never opened: these tests drive its lanes by hand.
+    fn commit() -> Arc<Commit> {
+        let target = crate::topology::Target::Single(Box::new(
+            redis::Client::open("redis://127.0.0.1:1").unwrap(),
+        ));
+        let conn = Arc::new(Connection::new(
+            target,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        ));
+        Arc::new(Commit::new(conn, Duration::from_secs(1), false, None))
+    }
+
+    fn acquire(name: &str) -> ScriptCall {
+        ScriptCall::new(&LOCK_ACQUIRE).key(name).arg("owner")
+    }
+
+    fn queued(entry: Option<Entry>) -> Waiting {
+        match entry {
+            Some(Entry::Listed(waiting)) => waiting,
+            _ => panic!("expected to queue"),
+        }
+    }
+
+    #[test]
+    fn a_lone_call_goes_alone_and_the_next_ones_queue_behind_it() {
+        let commit = commit();
+        let alone = commit.enter(&acquire("a"));
+        assert!(matches!(alone, Some(Entry::Alone(_))));
+        let b = queued(commit.enter(&acquire("b")));
+        let c = queued(commit.enter(&acquire("c")));
+        // Cancelled while queued: left out of the list, never sent.
+        drop(b);
+        let list = commit.take(commit.lane(&acquire("a")).unwrap()).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].call.first_key(), b"c");
+        for queued in list {
+            queued.answer(Ok(Value::Int(7)));
+        }
+        let reply = futures::executor::block_on(c).unwrap();
+        assert_eq!(reply, Value::Int(7));
+        // Nothing queued: the lane is idle once the list is back.
+        assert!(commit.take(commit.lane(&acquire("a")).unwrap()).is_none());
+        drop(alone);
+    }
+
+    #[tokio::test]
+    async fn a_call_on_an_object_whose_operation_was_given_up_in_flight_waits_for_its_reply() {
+        let commit = commit();
+        let _alone = commit.enter(&acquire("a"));
+        let waiting = queued(commit.enter(&acquire("x")));
+        let list = commit.take(commit.lane(&acquire("a")).unwrap()).unwrap();
+        // Given up after its list was taken: the object is unsettled.
+        drop(waiting);
+        assert_eq!(commit.unsettled.count.load(Ordering::Acquire), 1);
+        let settle = {
+            let commit = commit.clone();
+            tokio::spawn(async move { commit.settle(&acquire("x")).await })
+        };
+        // Another object is not held up.
+        commit.settle(&acquire("y")).await;
+        tokio::task::yield_now().await;
+        assert!(
+            !settle.is_finished(),
+            "the repair must not overtake the acquire"
+        );
+        for queued in list {
+            queued.answer(Ok(Value::Int(1)));
+        }
+        tokio::time::timeout(Duration::from_secs(1), settle)
+            .await
+            .expect("settled once answered")
+            .unwrap();
+        assert_eq!(commit.unsettled.count.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn list_replies_split_into_each_operations_reply_or_error() {
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(5),
+            Value::Int(1),
+            Value::BulkString(b"WRONGTYPE key k holds a string".to_vec()),
+            Value::Int(0),
+            Value::Nil,
+        ]);
+        let replies = split(reply, 3).unwrap();
+        assert_eq!(replies[0].as_ref().unwrap(), &Value::Int(5));
+        let e = replies[1].as_ref().unwrap_err();
+        assert_eq!(e.code(), Some("WRONGTYPE"));
+        assert_eq!(e.detail(), Some("key k holds a string"));
+        assert_eq!(replies[2].as_ref().unwrap(), &Value::Nil);
+        assert!(
+            split(Value::Array(vec![Value::Int(0)]), 3)
+                .unwrap_err()
+                .is_io_error()
+        );
+        assert!(split(Value::Okay, 1).unwrap_err().is_io_error());
+    }
+}
