@@ -171,6 +171,32 @@ impl FerrissonOwner {
     }
 }
 
+/// ferrisson with group commit off (`group_commit(false)`): every operation its own script call,
+/// to show what group commit changes, in the same run.
+pub struct FerrissonSolo {
+    pub client: ferrisson::Client,
+}
+
+impl Lib for FerrissonSolo {
+    type O = FerrissonOwner;
+    const NAME: &'static str = "ferrisson (group commit off)";
+    async fn connect(url: &str) -> Result<Self> {
+        let client = ferrisson::Client::builder()
+            .url(url)
+            .group_commit(false)
+            .build()
+            .await
+            .map_err(e)?;
+        Ok(FerrissonSolo { client })
+    }
+    async fn owner(self: &Arc<Self>, key: &str) -> Result<FerrissonOwner> {
+        Ok(FerrissonOwner::new(self.client.get_lock(key)))
+    }
+    fn config() -> String {
+        "as ferrisson, with `group_commit(false)`".into()
+    }
+}
+
 /// ferrisson with starvation mode off (`lock_starvation_threshold(None)`): the unfair policy
 /// alone, for workload 9.
 pub struct FerrissonUnfair {

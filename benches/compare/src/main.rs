@@ -110,6 +110,8 @@ struct LibResult {
 enum Kind {
     Raw,
     Ferrisson,
+    /// ferrisson with a setting changed, shown beside it and compared with nobody.
+    Variant,
     Peer,
 }
 
@@ -356,6 +358,7 @@ async fn sequential_phase(ctx: &mut Ctx) -> SeqResults {
     let entries: Vec<SeqEntry> = vec![
         seq_entry::<Raw>(),
         seq_entry::<Ferrisson>(),
+        seq_entry::<FerrissonSolo>(),
         seq_entry::<Rslock>(),
         seq_entry::<Rlock>(),
         seq_entry::<AsyncRedisLock>(),
@@ -439,6 +442,7 @@ fn cont_entry<L: Lib>() -> ContEntry {
 async fn contention_phase(ctx: &mut Ctx) -> ContResults {
     let entries: Vec<ContEntry> = vec![
         cont_entry::<Ferrisson>(),
+        cont_entry::<FerrissonSolo>(),
         cont_entry::<Rslock>(),
         cont_entry::<Rlock>(),
         cont_entry::<AsyncRedisLock>(),
@@ -650,6 +654,7 @@ async fn async_main() -> Result<()> {
             watchdog::hold_ferrisson(&u).await
         })))
     );
+    run!(FerrissonSolo, Kind::Variant, None);
     run!(
         Rslock,
         Kind::Peer,
