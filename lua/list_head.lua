@@ -10,8 +10,9 @@
 -- a command it ran). An operation's error ends that operation only, as a call of its own would
 -- have ended, and what it wrote before stays written; the others run as usual.
 --
--- Cost: Redis's fixed cost of running a script and of filling KEYS and ARGV, about half of a
--- lock cycle's time (BENCHMARKS.md, notes), is paid once for the whole list.
+-- Cost: Redis's fixed cost of a script call (about 1.3 µs on Redis 7.0, against 12.5 µs for a
+-- lock cycle of two calls) is paid once for the whole list, and so is TIME (below). Each
+-- operation still pays for its own keys and arguments and for every redis.call it makes.
 
 -- One reading of the server's clock serves the whole list (the operations' own TIME calls are
 -- rewritten to this): TIME costs Redis about 1 µs a call, as much as a small write, and a list

@@ -101,10 +101,13 @@ async fn an_operation_cancelled_while_queued_never_reaches_redis() {
     proxy.set(Mode::Delay(Duration::from_millis(300)));
     server.reset_stats().await;
 
-    let first = {
-        let lock = client.get_lock("q:first");
-        tokio::spawn(async move { lock.lock().await })
-    };
+    // A lane lets two calls out at once (CALLS_PER_LANE in src/script/commit.rs).
+    let firsts: Vec<_> = (0..2)
+        .map(|i| {
+            let lock = client.get_lock(&format!("q:first{i}"));
+            tokio::spawn(async move { lock.lock().await })
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(80)).await;
     let queued: Vec<_> = (0..6)
         .map(|i| {
@@ -121,14 +124,19 @@ async fn an_operation_cancelled_while_queued_never_reaches_redis() {
             kept.push(task);
         }
     }
-    let _first = first.await.unwrap().unwrap();
+    let _firsts = join_within(Duration::from_secs(5), firsts, "first acquires").await;
     let _guards: Vec<_> = join_within(Duration::from_secs(5), kept, "queued acquires")
         .await
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    // Three grants of the queued ones and the first one: the cancelled never ran.
-    assert_eq!(server.calls("hset").await, 4);
+    // Three grants of the queued ones and the first two: the cancelled never ran.
+    assert_eq!(
+        server.calls("hset").await,
+        5,
+        "{:?}",
+        server.commandstats().await
+    );
     for i in [0, 2, 4] {
         assert!(
             !exists(&server, &format!("q:{i}")).await,
@@ -176,9 +184,10 @@ async fn a_list_that_meets_noscript_is_loaded_and_sent_again() {
         server.calls("script|load").await >= 1,
         "the list was reloaded"
     );
+    // Two of the nine went out alone before the flush (a lane lets two calls out at once).
     assert_eq!(
         server.calls("hset").await,
-        8,
+        7,
         "each queued acquire ran once"
     );
 }
