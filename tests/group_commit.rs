@@ -268,3 +268,93 @@ async fn grouped_grants_never_overlap() {
         assert_eq!(checker.verify().len(), TASKS / LOCKS * ROUNDS);
     }
 }
+
+/// The calls in flight are a current-thread runtime's, which nobody drives once they are back:
+/// the operations queued behind them, from another runtime, still go out (their list is sent
+/// from the client's thread, not spawned on a runtime that may never run again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_queued_behind_a_current_thread_runtime_still_goes_out() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await;
+    let client = builder_for(&proxy.url()).build().await.unwrap();
+    proxy.set(Mode::Delay(Duration::from_millis(300)));
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel::<()>();
+    let elsewhere = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            // Both calls a lane lets out at once, from this runtime.
+            let guards = runtime.block_on(async {
+                let a = client.get_lock("ct:a");
+                let b = client.get_lock("ct:b");
+                let (a, b) = futures::join!(
+                    a.lock_with_lease(Duration::from_secs(30)),
+                    b.lock_with_lease(Duration::from_secs(30))
+                );
+                (a.unwrap(), b.unwrap())
+            });
+            // Nobody drives this runtime until the test is over.
+            let _ = parked_rx.recv();
+            drop(guards);
+            drop(runtime);
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued: Vec<_> = (0..3)
+        .map(|i| {
+            let lock = client.get_lock(&format!("ct:{i}"));
+            tokio::spawn(async move { lock.lock().await.map(|g| g.fencing_token()) })
+        })
+        .collect();
+    let tokens = join_within(
+        Duration::from_secs(5),
+        queued,
+        "operations queued behind a parked runtime",
+    )
+    .await;
+    assert!(tokens.iter().all(Result::is_ok), "{tokens:?}");
+    parked_tx.send(()).unwrap();
+    elsewhere.join().unwrap();
+}
+
+/// Releases sent together, some of locks that were taken from their holders meanwhile: those
+/// answer "not held" (a nil reply inside the list), the others release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_sent_together_answer_each_for_its_own_lock() {
+    let server = RedisServer::start();
+    let client = support::client(&server).await;
+    let locks: Vec<_> = (0..12)
+        .map(|i| client.get_lock(&format!("r:{i}")))
+        .collect();
+    let guards = join_all(
+        locks
+            .iter()
+            .map(|l| l.lock_with_lease(Duration::from_secs(30))),
+    )
+    .await;
+    let guards: Vec<_> = guards.into_iter().map(Result::unwrap).collect();
+    let mut raw = server.raw().await;
+    for i in [3, 4, 9] {
+        let _: () = raw.del(format!("r:{i}")).await.unwrap();
+    }
+    server.reset_stats().await;
+    let released = join_all(guards.into_iter().map(|g| g.unlock())).await;
+    assert!(
+        server.calls("evalsha").await < 12,
+        "the releases went out together"
+    );
+    for (i, outcome) in released.iter().enumerate() {
+        if [3, 4, 9].contains(&i) {
+            assert!(
+                matches!(outcome, Err(Error::LockLost { .. })),
+                "r:{i}: {outcome:?}"
+            );
+        } else {
+            assert!(outcome.is_ok(), "r:{i}: {outcome:?}");
+            assert!(!exists(&server, &format!("r:{i}")).await);
+        }
+    }
+}

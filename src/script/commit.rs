@@ -59,7 +59,8 @@ pub(super) struct Commit {
     per_slot: bool,
     lanes: Mutex<HashMap<LaneKey, Lane>>,
     unsettled: Arc<Unsettled>,
-    /// Where a list is sent from when the caller that passes it on has no runtime.
+    /// Where a list is sent from when the caller that passes it on is not on a multi-thread
+    /// runtime (the client's thread).
     fallback: Option<Handle>,
 }
 
@@ -257,7 +258,14 @@ impl Commit {
             finished: false,
         };
         let work = sending.run();
-        match Handle::try_current().ok().or_else(|| self.fallback.clone()) {
+        // A multi-thread runtime's workers drive the list as soon as it is spawned. A
+        // current-thread runtime runs only while its owner drives it (`block_on`), which may be
+        // never again, and other runtimes' operations wait in the list: those lists go from the
+        // client's thread.
+        let here = Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        match here.or_else(|| self.fallback.clone()) {
             Some(runtime) => drop(runtime.spawn(work)),
             // Nowhere to send from: dropped, the list answers its callers that the outcome is
             // unknown (nothing was sent) and frees the lane.

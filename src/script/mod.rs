@@ -111,7 +111,7 @@ impl Executor {
     /// Turns group commit on: operations of a kind with a list form that find one of their kind
     /// on its way queue, and leave together in one call when it is back (see [`commit`]). Set
     /// after [`with_sharded`](Self::with_sharded). `fallback`: where a list is sent from when
-    /// the caller that passes it on runs outside a runtime.
+    /// the caller that passes it on is not on a multi-thread runtime.
     pub(crate) fn with_group_commit(mut self, fallback: Option<tokio::runtime::Handle>) -> Self {
         self.commit = Some(Arc::new(commit::Commit::new(
             self.conn.clone(),

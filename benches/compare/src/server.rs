@@ -19,7 +19,17 @@ impl RedisServer {
             let l = TcpListener::bind("127.0.0.1:0")?;
             l.local_addr()?.port()
         };
-        let child = Command::new("redis-server")
+        // COMPARE_REDIS_CPU=<n> runs redis-server on CPU n only (taskset), so that with the
+        // harness pinned elsewhere Redis has a core of its own, as on a production host.
+        let mut command = match std::env::var("COMPARE_REDIS_CPU") {
+            Ok(cpu) if !cpu.trim().is_empty() => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpu.trim(), "redis-server"]);
+                c
+            }
+            _ => Command::new("redis-server"),
+        };
+        let child = command
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
