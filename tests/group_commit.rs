@@ -91,14 +91,15 @@ async fn without_group_commit_every_operation_is_its_own_call() {
     }
 }
 
-/// Replies come late (the proxy delays them), so the first acquire is still on its way while
-/// the others queue; some of those are cancelled there.
+/// Replies come late (the proxy delays them, for less than an operation queues before it gives
+/// up and goes alone), so the first acquires are still on their way while the others queue;
+/// some of those are cancelled there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operation_cancelled_while_queued_never_reaches_redis() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port()).await;
     let client = builder_for(&proxy.url()).build().await.unwrap();
-    proxy.set(Mode::Delay(Duration::from_millis(300)));
+    proxy.set(Mode::Delay(Duration::from_millis(150)));
     server.reset_stats().await;
 
     // A lane lets two calls out at once (CALLS_PER_LANE in src/script/commit.rs).
@@ -108,14 +109,14 @@ async fn an_operation_cancelled_while_queued_never_reaches_redis() {
             tokio::spawn(async move { lock.lock().await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
     let queued: Vec<_> = (0..6)
         .map(|i| {
             let lock = client.get_lock(&format!("q:{i}"));
             tokio::spawn(async move { lock.lock().await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
     let mut kept = Vec::new();
     for (i, task) in queued.into_iter().enumerate() {
         if i % 2 == 0 {
@@ -155,7 +156,7 @@ async fn a_list_that_meets_noscript_is_loaded_and_sent_again() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port()).await;
     let client = builder_for(&proxy.url()).build().await.unwrap();
-    proxy.set(Mode::Delay(Duration::from_millis(200)));
+    proxy.set(Mode::Delay(Duration::from_millis(150)));
     let locks: Vec<_> = (0..9).map(|i| client.get_lock(&format!("n:{i}"))).collect();
     let all = {
         let locks = locks.clone();
@@ -168,7 +169,7 @@ async fn a_list_that_meets_noscript_is_loaded_and_sent_again() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     server.reset_stats().await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
@@ -199,18 +200,18 @@ async fn a_list_whose_reply_is_lost_is_repaired_per_operation() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port()).await;
     let client = builder_for(&proxy.url()).build().await.unwrap();
-    proxy.set(Mode::Delay(Duration::from_millis(300)));
+    proxy.set(Mode::Delay(Duration::from_millis(150)));
     server.reset_stats().await;
     let first = client.get_lock("l:first");
     let first = tokio::spawn(async move { first.try_lock().await.map(drop) });
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
     let queued: Vec<_> = (0..6)
         .map(|i| {
             let lock = client.get_lock(&format!("l:{i}"));
             tokio::spawn(async move { lock.try_lock().await.map(drop) })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
     // The first reply is on its way through the proxy already; the list goes out when it is
     // in, and its reply is thrown away.
     proxy.set(Mode::DropReplies);
@@ -269,9 +270,8 @@ async fn grouped_grants_never_overlap() {
     }
 }
 
-/// The calls in flight are a current-thread runtime's, which nobody drives once they are back:
-/// the operations queued behind them, from another runtime, still go out (their list is sent
-/// from the client's thread, not spawned on a runtime that may never run again).
+/// Calls from a current-thread runtime, which nobody drives once they are back, never hold a
+/// lane: operations from another runtime sent meanwhile still go out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_queued_behind_a_current_thread_runtime_still_goes_out() {
     let server = RedisServer::start();

@@ -317,6 +317,9 @@ impl Holder {
         // still counts for it is a leftover the client lost track of.
         want.stale = !holds.live();
         // From here on the script may run: if this future is dropped, the repair runs instead.
+        // Declared before the acquire's future, which is dropped first: a call of it given up
+        // on inside a list is registered as unsettled before this guard spawns the repair, which
+        // then waits for that list's reply (src/script/commit.rs).
         let mut in_flight = InFlight {
             holder: self.clone(),
             holds: Some(holds),

@@ -8,8 +8,15 @@
 //! caller never waits for company: its operation goes out at once, as its own call, and only
 //! operations that find their lane's calls all on their way queue, for at most one round trip.
 //!
-//! The calls of a lane go over the one command connection in the order they were sent, so
-//! operations still run in the order their callers sent them.
+//! Operations of different owners may run in another order than they were queued in (two lists
+//! of a lane can be on their way at once). Nothing depends on that order: one owner's
+//! operations on one lock follow one another (its hold count's mutex), and a call after an
+//! operation given up on waits for it (below).
+//!
+//! Liveness: a caller on a current-thread runtime never takes a lane's call (nobody may drive
+//! its task again once the reply is in, and the lane would stay taken), and an operation that
+//! has queued for [`QUEUE_PATIENCE`] leaves the queue and goes alone, so no stalled caller can
+//! hold the others up for longer than that.
 //!
 //! Each operation keeps its own reply and its own error. One cancelled while it waits is taken
 //! out and never reaches Redis; one cancelled after its list was sent leaves the object
@@ -37,9 +44,21 @@ use crate::connection::Connection;
 /// and four 71,600, with lists of about 9, 18 and 5 operations.
 const CALLS_PER_LANE: usize = 2;
 
+/// How long an operation queues before it gives up on its lane and goes alone: lists come back
+/// within a round trip or two, so this is reached only when the callers holding the lane's
+/// calls are not being run (a runtime blocked in synchronous work).
+const QUEUE_PATIENCE: Duration = Duration::from_millis(250);
+
 /// The most operations one list call carries: more wait for the next call (a list runs for
 /// about 5 µs an operation, during which Redis serves nobody else).
 const MOST_PER_CALL: usize = 64;
+
+/// Whether the caller runs on a multi-thread runtime, whose workers run its task again as
+/// soon as its reply is in.
+fn on_multi_thread_runtime() -> bool {
+    Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
 
 /// Where an operation is: queued, taken into a list (sent, or about to be), taken out of the
 /// queue by its caller's cancellation, cancelled by its caller after it was taken, or answered.
@@ -206,6 +225,9 @@ impl Commit {
     /// `None`: the script has no list form.
     pub(super) fn enter(self: &Arc<Self>, call: &ScriptCall) -> Option<Entry> {
         let key = self.lane(call)?;
+        if !on_multi_thread_runtime() {
+            return None;
+        }
         let mut lanes = self.lanes();
         let lane = lanes.entry(key).or_default();
         if lane.in_flight < CALLS_PER_LANE {
@@ -231,6 +253,8 @@ impl Commit {
             rx,
             op,
             commit: self.clone(),
+            patience: Box::pin(tokio::time::sleep(QUEUE_PATIENCE)),
+            answered: false,
         }))
     }
 
@@ -256,6 +280,7 @@ impl Commit {
             key,
             list,
             finished: false,
+            on_fallback: false,
         };
         let work = sending.run();
         // A multi-thread runtime's workers drive the list as soon as it is spawned. A
@@ -264,7 +289,7 @@ impl Commit {
         // client's thread.
         let here = Handle::try_current()
             .ok()
-            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+            .filter(|_| on_multi_thread_runtime());
         match here.or_else(|| self.fallback.clone()) {
             Some(runtime) => drop(runtime.spawn(work)),
             // Nowhere to send from: dropped, the list answers its callers that the outcome is
@@ -333,6 +358,14 @@ impl Commit {
         };
         match result.map(|replies| split(replies, list.len())) {
             Ok(Ok(replies)) => {
+                // A write refused inside the list (READONLY: a sentinel's master was demoted)
+                // tells what a refused call alone would: the connection goes to the new master.
+                if replies
+                    .iter()
+                    .any(|r| r.as_ref().is_err_and(|e| self.conn.target().moved_away(e)))
+                {
+                    self.conn.reopen();
+                }
                 for (queued, reply) in list.into_iter().zip(replies) {
                     queued.answer(reply);
                 }
@@ -375,6 +408,8 @@ fn split(replies: Value, n: usize) -> Result<Vec<RedisResult<Value>>, RedisError
     let mut items = items.into_iter();
     while let (Some(tag), Some(reply)) = (items.next(), items.next()) {
         out.push(match (tag, reply) {
+            // Lua's false, which stands for nil here: RESP3 connections read it as a boolean.
+            (Value::Int(0), Value::Boolean(false)) => Ok(Value::Nil),
             (Value::Int(0), reply) => Ok(reply),
             (Value::Int(1), Value::BulkString(message)) => Err(server_error(&message)),
             (tag, reply) => return Err(unexpected(&format!("{tag:?} {reply:?}"))),
@@ -410,22 +445,27 @@ fn server_error(message: &[u8]) -> RedisError {
 struct Sending {
     commit: Arc<Commit>,
     key: LaneKey,
+    /// The next list to send (empty: the next is taken from the queue).
     list: Vec<Queued>,
     finished: bool,
+    /// Runs on the client's thread already.
+    on_fallback: bool,
 }
 
 impl Sending {
     async fn run(mut self) {
         loop {
-            let list = std::mem::take(&mut self.list);
-            self.commit.send(list).await;
-            match self.commit.take(self.key) {
-                Some(next) => self.list = next,
-                None => {
-                    self.finished = true;
-                    return;
+            if self.list.is_empty() {
+                match self.commit.take(self.key) {
+                    Some(next) => self.list = next,
+                    None => {
+                        self.finished = true;
+                        return;
+                    }
                 }
             }
+            let list = std::mem::take(&mut self.list);
+            self.commit.send(list).await;
         }
     }
 }
@@ -435,9 +475,25 @@ impl Drop for Sending {
         if self.finished {
             return;
         }
-        // Dropped on its way (its runtime ended): the list's operations, and those queued behind
-        // it, are dropped unanswered, so their callers hear that the outcome is unknown, and the
-        // lane is idle again.
+        // Dropped on its way: the runtime it ran on is ending. The list being sent, if any,
+        // went with the future that sent it, and its operations hear that their outcome is
+        // unknown. Operations not sent yet go on from the client's thread; if that is gone
+        // too, they are dropped unanswered (outcome unknown, nothing sent) and the lane is idle.
+        if !self.on_fallback
+            && let Some(runtime) = self.commit.fallback.clone()
+        {
+            let rest = Sending {
+                commit: self.commit.clone(),
+                key: self.key,
+                list: std::mem::take(&mut self.list),
+                finished: false,
+                on_fallback: true,
+            };
+            self.finished = true;
+            drop(runtime.spawn(rest.run()));
+            return;
+        }
+        drop(std::mem::take(&mut self.list));
         while let Some(list) = self.commit.take(self.key) {
             drop(list);
         }
@@ -462,26 +518,48 @@ pub(super) struct Waiting {
     rx: oneshot::Receiver<RedisResult<Value>>,
     op: Arc<Op>,
     commit: Arc<Commit>,
+    /// Ends the wait in the queue (see [`QUEUE_PATIENCE`]).
+    patience: Pin<Box<tokio::time::Sleep>>,
+    /// The reply is in (or the operation left the queue): nothing to settle when dropped.
+    answered: bool,
 }
 
 impl Future for Waiting {
-    type Output = RedisResult<Value>;
+    /// The reply; `None` when the operation left the queue unsent, to go alone.
+    type Output = Option<RedisResult<Value>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx).poll(cx).map(|reply| {
-            reply.unwrap_or_else(|_| {
+        if let Poll::Ready(reply) = Pin::new(&mut self.rx).poll(cx) {
+            self.answered = true;
+            return Poll::Ready(Some(reply.unwrap_or_else(|_| {
                 Err(std::io::Error::new(
                     std::io::ErrorKind::ConnectionAborted,
                     "the task sending this call with others ended before their reply came",
                 )
                 .into())
-            })
-        })
+            })));
+        }
+        if self.patience.as_mut().poll(cx).is_ready()
+            && self
+                .op
+                .state
+                .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            tracing::debug!("a queued script call waited {QUEUE_PATIENCE:?}; sent alone");
+            self.answered = true;
+            return Poll::Ready(None);
+        }
+        // Taken into a list meanwhile: its reply comes within the list's own time cap.
+        Poll::Pending
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
         let state = &self.op.state;
         if state
             .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
@@ -530,8 +608,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_lone_call_goes_alone_and_the_next_ones_queue_behind_it() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_lone_call_goes_alone_and_the_next_ones_queue_behind_it() {
         let commit = commit();
         let alone: Vec<_> = (0..CALLS_PER_LANE)
             .map(|_| commit.enter(&acquire("a")))
@@ -547,14 +625,14 @@ mod tests {
         for queued in list {
             queued.answer(Ok(Value::Int(7)));
         }
-        let reply = futures::executor::block_on(c).unwrap();
+        let reply = c.await.unwrap().unwrap();
         assert_eq!(reply, Value::Int(7));
         // Nothing queued: the lane is idle once the list is back.
         assert!(commit.take(commit.lane(&acquire("a")).unwrap()).is_none());
         drop(alone);
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_call_on_an_object_whose_operation_was_given_up_in_flight_waits_for_its_reply() {
         let commit = commit();
         let _alone: Vec<_> = (0..CALLS_PER_LANE)
@@ -586,6 +664,35 @@ mod tests {
         assert_eq!(commit.unsettled.count.load(Ordering::Acquire), 0);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_operation_whose_lane_stays_taken_leaves_the_queue_and_goes_alone() {
+        let commit = commit();
+        // Turns whose callers are never run again: the lane stays taken.
+        let _stuck: Vec<_> = (0..CALLS_PER_LANE)
+            .map(|_| commit.enter(&acquire("a")))
+            .collect();
+        let waiting = queued(commit.enter(&acquire("b")));
+        let started = tokio::time::Instant::now();
+        assert!(waiting.await.is_none(), "left the queue to go alone");
+        assert!(started.elapsed() >= QUEUE_PATIENCE);
+        // Never sent: the lane's next list does not carry it.
+        assert!(commit.take(commit.lane(&acquire("a")).unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_caller_on_a_current_thread_runtime_never_takes_a_lane() {
+        let commit = commit();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for _ in 0..=CALLS_PER_LANE {
+                assert!(commit.enter(&acquire("a")).is_none());
+            }
+        });
+        assert!(commit.lanes().is_empty());
+    }
+
     #[test]
     fn list_replies_split_into_each_operations_reply_or_error() {
         let reply = Value::Array(vec![
@@ -595,8 +702,15 @@ mod tests {
             Value::BulkString(b"WRONGTYPE key k holds a string".to_vec()),
             Value::Int(0),
             Value::Nil,
+            Value::Int(0),
+            Value::Boolean(false),
         ]);
-        let replies = split(reply, 3).unwrap();
+        let replies = split(reply, 4).unwrap();
+        assert_eq!(
+            replies[3].as_ref().unwrap(),
+            &Value::Nil,
+            "RESP3's false is nil"
+        );
         assert_eq!(replies[0].as_ref().unwrap(), &Value::Int(5));
         let e = replies[1].as_ref().unwrap_err();
         assert_eq!(e.code(), Some("WRONGTYPE"));
