@@ -32,22 +32,9 @@ fn listed(body: &str) -> String {
     )
 }
 
-const FLOOR_ACQUIRE: &str = "for i = 1, #KEYS do
-  redis.call('pttl', KEYS[i])
-  local now = redis.call('time')
-  redis.call('set', 'ferrisson_token:{floor}', now[1], 'get')
-  redis.call('hset', KEYS[i], ARGV[1], 1)
-  redis.call('pexpire', KEYS[i], ARGV[2])
-end
-return 1";
-const FLOOR_RELEASE: &str = "for i = 1, #KEYS do
-  redis.call('hget', KEYS[i], ARGV[1])
-  redis.call('del', KEYS[i])
-  redis.call('publish', 'redisson_lock__channel:{' .. KEYS[i] .. '}', '0')
-end
-return 1";
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+const FLOOR_ACQUIRE: &str = include_str!("lua/floor_acquire.lua");
+const FLOOR_RELEASE: &str = include_str!("lua/floor_release.lua");
+const COMPARE_AND_DELETE: &str = include_str!("lua/compare_and_delete.lua");
 
 async fn load(conn: &mut MultiplexedConnection, source: &str) -> String {
     redis::cmd("SCRIPT")
