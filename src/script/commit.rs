@@ -14,9 +14,9 @@
 //! operation given up on waits for it (below).
 //!
 //! Liveness: a caller on a current-thread runtime never takes a lane's call (nobody may drive
-//! its task again once the reply is in, and the lane would stay taken), and an operation that
-//! has queued for [`QUEUE_PATIENCE`] leaves the queue and goes alone, so no stalled caller can
-//! hold the others up for longer than that.
+//! its task again once the reply is in, and the lane would stay taken), and a queue whose lane
+//! took no list from it for [`QUEUE_PATIENCE`] goes out as one more call of the lane, so no
+//! stalled caller holds the others up for longer than that.
 //!
 //! Each operation keeps its own reply and its own error. One cancelled while it waits is taken
 //! out and never reaches Redis; one cancelled after its list was sent leaves the object
@@ -44,9 +44,10 @@ use crate::connection::Connection;
 /// and four 71,600, with lists of about 9, 18 and 5 operations.
 const CALLS_PER_LANE: usize = 2;
 
-/// How long an operation queues before it gives up on its lane and goes alone: lists come back
-/// within a round trip or two, so this is reached only when the callers holding the lane's
-/// calls are not being run (a runtime blocked in synchronous work).
+/// How long a queue waits for its lane before it goes out as one more call of the lane: lists
+/// come back within a round trip or two, so this is reached only when the callers holding the
+/// lane's calls are not being run (a future kept but not polled, a runtime blocked in synchronous
+/// work). One timer serves a queue: its first operation's.
 const QUEUE_PATIENCE: Duration = Duration::from_millis(250);
 
 /// The most operations one list call carries: more wait for the next call (a list runs for
@@ -91,6 +92,11 @@ struct Lane {
     /// Calls of this lane on their way.
     in_flight: usize,
     queue: Vec<Queued>,
+    /// An operation in the queue carries the lane's patience timer (see [`QUEUE_PATIENCE`]):
+    /// the first to queue after the lane's last list was taken, so one timer serves a queue.
+    timed: bool,
+    /// How many lists were taken from the queue: a timer that finds it moved has nothing to do.
+    taken: u64,
 }
 
 /// An operation waiting for its lane, and where its reply goes.
@@ -249,11 +255,14 @@ impl Commit {
             reply: Some(reply),
             unsettled: self.unsettled.clone(),
         });
+        let patience = (!std::mem::replace(&mut lane.timed, true))
+            .then(|| (Box::pin(tokio::time::sleep(QUEUE_PATIENCE)), lane.taken));
         Some(Entry::Listed(Waiting {
             rx,
             op,
             commit: self.clone(),
-            patience: Box::pin(tokio::time::sleep(QUEUE_PATIENCE)),
+            key,
+            patience,
             answered: false,
         }))
     }
@@ -298,10 +307,32 @@ impl Commit {
         }
     }
 
+    /// The lane's calls have not come back for [`QUEUE_PATIENCE`] while operations queued (their
+    /// callers are not being run): the queue leaves now, as one more call of the lane.
+    /// `taken`: the lane's list count when the timer was set; the queue has moved if it changed.
+    fn unstick(self: &Arc<Self>, key: LaneKey, taken: u64) {
+        {
+            let mut lanes = self.lanes();
+            let Some(lane) = lanes.get_mut(&key) else {
+                return;
+            };
+            let queued = |q: &Queued| q.op.state.load(Ordering::Acquire) == QUEUED;
+            if lane.taken != taken || !lane.queue.iter().any(queued) {
+                return;
+            }
+            lane.in_flight += 1;
+        }
+        tracing::debug!("a lane's calls took {QUEUE_PATIENCE:?}; its queue goes as one more call");
+        self.pass(key);
+    }
+
     /// The lane's next list, or `None` after marking it idle.
     fn take(&self, key: LaneKey) -> Option<Vec<Queued>> {
         let mut lanes = self.lanes();
         let lane = lanes.get_mut(&key)?;
+        // The timer's operation is in this list or was cancelled: the next to queue takes it on.
+        lane.timed = false;
+        lane.taken += 1;
         loop {
             let end = lane.queue.len().min(MOST_PER_CALL);
             let list: Vec<Queued> = lane
@@ -518,39 +549,37 @@ pub(super) struct Waiting {
     rx: oneshot::Receiver<RedisResult<Value>>,
     op: Arc<Op>,
     commit: Arc<Commit>,
-    /// Ends the wait in the queue (see [`QUEUE_PATIENCE`]).
-    patience: Pin<Box<tokio::time::Sleep>>,
+    key: LaneKey,
+    /// The lane's patience timer, when this operation carries it (see [`QUEUE_PATIENCE`]), and
+    /// the lane's list count when it was set.
+    patience: Option<(Pin<Box<tokio::time::Sleep>>, u64)>,
     /// The reply is in (or the operation left the queue): nothing to settle when dropped.
     answered: bool,
 }
 
 impl Future for Waiting {
-    /// The reply; `None` when the operation left the queue unsent, to go alone.
-    type Output = Option<RedisResult<Value>>;
+    type Output = RedisResult<Value>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Poll::Ready(reply) = Pin::new(&mut self.rx).poll(cx) {
             self.answered = true;
-            return Poll::Ready(Some(reply.unwrap_or_else(|_| {
+            return Poll::Ready(reply.unwrap_or_else(|_| {
                 Err(std::io::Error::new(
                     std::io::ErrorKind::ConnectionAborted,
                     "the task sending this call with others ended before their reply came",
                 )
                 .into())
-            })));
+            }));
         }
-        if self.patience.as_mut().poll(cx).is_ready()
-            && self
-                .op
-                .state
-                .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+        if let Some((patience, taken)) = self.patience.as_mut()
+            && patience.as_mut().poll(cx).is_ready()
         {
-            tracing::debug!("a queued script call waited {QUEUE_PATIENCE:?}; sent alone");
-            self.answered = true;
-            return Poll::Ready(None);
+            let taken = *taken;
+            self.patience = None;
+            // Nothing taken since the timer was set: the lane is stuck behind callers that are
+            // not being run. Once taken, the reply comes within the list's own time cap.
+            self.commit.unstick(self.key, taken);
         }
-        // Taken into a list meanwhile: its reply comes within the list's own time cap.
         Poll::Pending
     }
 }
@@ -559,6 +588,20 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         if self.answered {
             return;
+        }
+        if let Some((patience, taken)) = self.patience.take() {
+            // The lane's timer goes with this operation: it is left to run for the others.
+            let (commit, key) = (self.commit.clone(), self.key);
+            let timer = async move {
+                patience.await;
+                commit.unstick(key, taken);
+            };
+            if let Some(runtime) = Handle::try_current()
+                .ok()
+                .or_else(|| self.commit.fallback.clone())
+            {
+                drop(runtime.spawn(timer));
+            }
         }
         let state = &self.op.state;
         if state
@@ -580,147 +623,5 @@ impl Drop for Waiting {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::script::LOCK_ACQUIRE;
-
-    /// A commit whose connection is never opened: these tests drive its lanes by hand.
-    fn commit() -> Arc<Commit> {
-        let target = crate::topology::Target::Single(Box::new(
-            redis::Client::open("redis://127.0.0.1:1").unwrap(),
-        ));
-        let conn = Arc::new(Connection::new(
-            target,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        ));
-        Arc::new(Commit::new(conn, Duration::from_secs(1), false, None))
-    }
-
-    fn acquire(name: &str) -> ScriptCall {
-        ScriptCall::new(&LOCK_ACQUIRE).key(name).arg("owner")
-    }
-
-    fn queued(entry: Option<Entry>) -> Waiting {
-        match entry {
-            Some(Entry::Listed(waiting)) => waiting,
-            _ => panic!("expected to queue"),
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_lone_call_goes_alone_and_the_next_ones_queue_behind_it() {
-        let commit = commit();
-        let alone: Vec<_> = (0..CALLS_PER_LANE)
-            .map(|_| commit.enter(&acquire("a")))
-            .collect();
-        assert!(alone.iter().all(|e| matches!(e, Some(Entry::Alone(_)))));
-        let b = queued(commit.enter(&acquire("b")));
-        let c = queued(commit.enter(&acquire("c")));
-        // Cancelled while queued: left out of the list, never sent.
-        drop(b);
-        let list = commit.take(commit.lane(&acquire("a")).unwrap()).unwrap();
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0].call.first_key(), b"c");
-        for queued in list {
-            queued.answer(Ok(Value::Int(7)));
-        }
-        let reply = c.await.unwrap().unwrap();
-        assert_eq!(reply, Value::Int(7));
-        // Nothing queued: the lane is idle once the list is back.
-        assert!(commit.take(commit.lane(&acquire("a")).unwrap()).is_none());
-        drop(alone);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_call_on_an_object_whose_operation_was_given_up_in_flight_waits_for_its_reply() {
-        let commit = commit();
-        let _alone: Vec<_> = (0..CALLS_PER_LANE)
-            .map(|_| commit.enter(&acquire("a")))
-            .collect();
-        let waiting = queued(commit.enter(&acquire("x")));
-        let list = commit.take(commit.lane(&acquire("a")).unwrap()).unwrap();
-        // Given up after its list was taken: the object is unsettled.
-        drop(waiting);
-        assert_eq!(commit.unsettled.count.load(Ordering::Acquire), 1);
-        let settle = {
-            let commit = commit.clone();
-            tokio::spawn(async move { commit.settle(&acquire("x")).await })
-        };
-        // Another object is not held up.
-        commit.settle(&acquire("y")).await;
-        tokio::task::yield_now().await;
-        assert!(
-            !settle.is_finished(),
-            "the repair must not overtake the acquire"
-        );
-        for queued in list {
-            queued.answer(Ok(Value::Int(1)));
-        }
-        tokio::time::timeout(Duration::from_secs(1), settle)
-            .await
-            .expect("settled once answered")
-            .unwrap();
-        assert_eq!(commit.unsettled.count.load(Ordering::Acquire), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn an_operation_whose_lane_stays_taken_leaves_the_queue_and_goes_alone() {
-        let commit = commit();
-        // Turns whose callers are never run again: the lane stays taken.
-        let _stuck: Vec<_> = (0..CALLS_PER_LANE)
-            .map(|_| commit.enter(&acquire("a")))
-            .collect();
-        let waiting = queued(commit.enter(&acquire("b")));
-        let started = tokio::time::Instant::now();
-        assert!(waiting.await.is_none(), "left the queue to go alone");
-        assert!(started.elapsed() >= QUEUE_PATIENCE);
-        // Never sent: the lane's next list does not carry it.
-        assert!(commit.take(commit.lane(&acquire("a")).unwrap()).is_none());
-    }
-
-    #[test]
-    fn a_caller_on_a_current_thread_runtime_never_takes_a_lane() {
-        let commit = commit();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            for _ in 0..=CALLS_PER_LANE {
-                assert!(commit.enter(&acquire("a")).is_none());
-            }
-        });
-        assert!(commit.lanes().is_empty());
-    }
-
-    #[test]
-    fn list_replies_split_into_each_operations_reply_or_error() {
-        let reply = Value::Array(vec![
-            Value::Int(0),
-            Value::Int(5),
-            Value::Int(1),
-            Value::BulkString(b"WRONGTYPE key k holds a string".to_vec()),
-            Value::Int(0),
-            Value::Nil,
-            Value::Int(0),
-            Value::Boolean(false),
-        ]);
-        let replies = split(reply, 4).unwrap();
-        assert_eq!(
-            replies[3].as_ref().unwrap(),
-            &Value::Nil,
-            "RESP3's false is nil"
-        );
-        assert_eq!(replies[0].as_ref().unwrap(), &Value::Int(5));
-        let e = replies[1].as_ref().unwrap_err();
-        assert_eq!(e.code(), Some("WRONGTYPE"));
-        assert_eq!(e.detail(), Some("key k holds a string"));
-        assert_eq!(replies[2].as_ref().unwrap(), &Value::Nil);
-        assert!(
-            split(Value::Array(vec![Value::Int(0)]), 3)
-                .unwrap_err()
-                .is_io_error()
-        );
-        assert!(split(Value::Okay, 1).unwrap_err().is_io_error());
-    }
-}
+#[path = "commit_tests.rs"]
+mod tests;

@@ -179,12 +179,7 @@ impl Executor {
             commit.settle(call).await;
             if !crate::connection::on_own() {
                 match commit.enter(call) {
-                    Some(commit::Entry::Listed(waiting)) => {
-                        if let Some(reply) = waiting.await {
-                            return reply;
-                        }
-                        // Left the queue unsent after waiting too long: goes alone.
-                    }
+                    Some(commit::Entry::Listed(waiting)) => return waiting.await,
                     Some(commit::Entry::Alone(turn)) => _turn = Some(turn),
                     None => {}
                 }
