@@ -443,12 +443,14 @@ impl ClientBuilder {
         self
     }
 
-    /// Whether lock operations that callers of this client send while another one of their kind
-    /// is on its way to the same server (the same cluster slot) wait for it and then go out
-    /// together, in one script call (group commit). A lone caller never waits: only operations
-    /// that would queue behind a call in flight are grouped. Redis then pays its fixed cost of
-    /// running a script once for the whole group, which is what lets many tasks locking
-    /// different keys get more grants out of Redis's one thread (BENCHMARKS.md, workload 4).
+    /// Whether lock operations that callers of this client send while two of their kind are
+    /// on their way to the same server (the same cluster slot) wait, and then go out together
+    /// in one script call (group commit). A lone caller never waits: only operations
+    /// that would queue behind the calls in flight are grouped. Redis then pays its fixed cost
+    /// of running a script once for the whole group: 20–30% less Redis CPU per lock cycle
+    /// (`cargo bench --bench script_cost`), capacity where Redis's one thread is the limit. A
+    /// single client's throughput is about the same either way (BENCHMARKS.md, notes on issue
+    /// 27); off, every operation is its own script call.
     ///
     /// Each operation keeps its own reply, error and cancellation. Applies to the acquires,
     /// releases and handovers of [`RLock`](crate::RLock), [`RFencedLock`](crate::RFencedLock)

@@ -41,7 +41,7 @@ use crate::connection::Connection;
 /// How many calls of one lane may be on their way at once before operations queue. Two keep
 /// Redis busy while the client reads the other's replies: on workload 4 (64 tasks, a key each;
 /// `benches/compare`, 3 interleaved runs) two gave 72,400 cycles/s at the median, one 69,000
-/// and four 71,600, with lists of about 9, 18 and 5 operations.
+/// and four 71,600 (with one, about 18 operations went in a call).
 const CALLS_PER_LANE: usize = 2;
 
 /// How long a queue waits for its lane before it goes out as one more call of the lane: lists
