@@ -19,18 +19,22 @@ const CYCLES: usize = 16_384;
 const ROUNDS: usize = 5;
 const OWNER: &str = "c0ffee00-1111-2222-3333-444455556666:7";
 
-const ACQUIRE: &str = include_str!("../lua/lock_acquire.lua");
+const ACQUIRE: &str = concat!(
+    include_str!("../lua/clock.lua"),
+    include_str!("../lua/lock_acquire.lua")
+);
 const RELEASE: &str = include_str!("../lua/lock_release.lua");
-const HEAD: &str = include_str!("../lua/list_head.lua");
-const TAIL: &str = include_str!("../lua/list_tail.lua");
-
-/// The list form as the client builds it (src/script/call.rs).
-fn listed(body: &str) -> String {
-    format!(
-        "{HEAD}{}{TAIL}",
-        body.replace("redis.call('time')", "list_time()")
-    )
-}
+/// The list forms as the client builds them (src/script/call.rs).
+const ACQUIRE_LIST: &str = concat!(
+    include_str!("../lua/list_head.lua"),
+    include_str!("../lua/lock_acquire.lua"),
+    include_str!("../lua/list_tail.lua")
+);
+const RELEASE_LIST: &str = concat!(
+    include_str!("../lua/list_head.lua"),
+    include_str!("../lua/lock_release.lua"),
+    include_str!("../lua/list_tail.lua")
+);
 
 const FLOOR_ACQUIRE: &str = include_str!("lua/floor_acquire.lua");
 const FLOOR_RELEASE: &str = include_str!("lua/floor_release.lua");
@@ -172,8 +176,8 @@ fn main() {
         let shas = Shas {
             acquire: load(&mut conn, ACQUIRE).await,
             release: load(&mut conn, RELEASE).await,
-            acquire_list: load(&mut conn, &listed(ACQUIRE)).await,
-            release_list: load(&mut conn, &listed(RELEASE)).await,
+            acquire_list: load(&mut conn, ACQUIRE_LIST).await,
+            release_list: load(&mut conn, RELEASE_LIST).await,
             floor_acquire: load(&mut conn, FLOOR_ACQUIRE).await,
             floor_release: load(&mut conn, FLOOR_RELEASE).await,
             compare_and_delete: load(&mut conn, COMPARE_AND_DELETE).await,

@@ -14,16 +14,16 @@
 -- lock cycle of two calls) is paid once for the whole list, and so is TIME (below). Each
 -- operation still pays for its own keys and arguments and for every redis.call it makes.
 
--- One reading of the server's clock serves the whole list (the operations' own TIME calls are
--- rewritten to this): TIME costs Redis about 1 µs a call, as much as a small write, and a list
--- runs in well under a millisecond. A fresh grant's token is still above its slot's counter, and
--- at least the clock when the list started, so tokens keep increasing per name.
-local clock
-local function list_time()
-  if not clock then
-    clock = redis.call('time')
+-- server_time() (lua/clock.lua when a script runs alone): one reading of the server's clock
+-- serves the whole list. TIME costs Redis about 1 µs a call, as much as a small write, and a
+-- list runs in well under a millisecond. A fresh grant's token is still above its slot's
+-- counter, and at least the clock when the list started, so tokens keep increasing per name.
+local list_clock
+local function server_time()
+  if not list_clock then
+    list_clock = redis.call('time')
   end
-  return clock
+  return list_clock
 end
 
 local function one(KEYS, ARGV)

@@ -24,6 +24,9 @@
 -- increase per name, and a Java RFencedLock counting on the name's counter stays in one
 -- sequence with the fenced lock.
 --
+-- Clock: server_time() is TIME, defined by lua/clock.lua, which runs before this script, or
+-- by the list form's head (lua/list_head.lua), which reads it once for a whole list.
+--
 -- Replies: one integer. A {status, value} table costs Redis about 0.4 µs more a call than an
 -- integer (building the table, converting it, a reply of deferred length) and the client an
 -- allocation; the other lock kinds keep the table.
@@ -53,7 +56,7 @@ if pttl ~= -2 then
       if redis.replicate_commands then
         redis.replicate_commands()
       end
-      local now = redis.call('time')
+      local now = server_time()
       redis.pcall('zadd', KEYS[3], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[1])
       redis.pcall('pexpire', KEYS[3], ARGV[5])
     end
@@ -78,7 +81,7 @@ end
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local now = redis.call('time')
+local now = server_time()
 local clock = now[1] .. string.format('%06d', now[2])
 local seen = redis.pcall('set', KEYS[2], clock, 'get')
 if type(seen) == 'table' then

@@ -21,6 +21,9 @@
 -- first starving waiter if there is one, else it is deleted (with the first go to waiters that
 -- are not ferrisson clients); '0' is published.
 --
+-- Clock: server_time() is TIME, defined by lua/clock.lua, which runs before this script, or
+-- by the list form's head (lua/list_head.lua), which reads it once for a whole list.
+--
 -- Replies: one integer. A {status, value} table costs Redis about 0.4 µs more a call than an
 -- integer (as for lock_acquire.lua), and a token is never below 1, so the statuses take the
 -- integers below it:
@@ -136,7 +139,7 @@ end
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local now = redis.call('time')
+local now = server_time()
 local clock = now[1] .. string.format('%06d', now[2])
 local seen = redis.pcall('set', KEYS[3], clock, 'get')
 if type(seen) == 'table' then

@@ -48,14 +48,11 @@ pub(crate) async fn on_own_connection<F: Future>(work: F) -> F::Output {
     OWN.scope((), work).await
 }
 
-fn wants_own() -> bool {
-    OWN.try_with(|_| ()).is_ok()
-}
-
 /// Whether the caller is the client's own background work (see [`on_own_connection`]): its
-/// calls go out alone, on its own connection, never in a list sent from a caller's runtime.
-pub(crate) fn on_own() -> bool {
-    wants_own()
+/// commands take its own connection, and its script calls go out alone, never in a list sent
+/// from a caller's runtime.
+pub(crate) fn wants_own() -> bool {
+    OWN.try_with(|_| ()).is_ok()
 }
 
 /// One open connection: to one server (alone, or the master a sentinel named), or to a cluster

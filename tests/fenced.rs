@@ -135,7 +135,10 @@ async fn a_resent_handover_keeps_the_names_counter_above_the_token_it_answers() 
     let _: () = raw.hset("fx", "waiter", 1).await.unwrap();
     let _: () = raw.set(&counter, 100).await.unwrap();
     let _: () = raw.set("redisson_lock_token:{fx}", 50).await.unwrap();
-    let script = redis::Script::new(include_str!("../lua/lock_handover.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/lock_handover.lua")
+    ));
     let token: i64 = script
         .key("fx")
         .key("redisson_lock__channel:{fx}")
@@ -224,15 +227,18 @@ async fn handover(
     counter: &str,
     resend: &str,
 ) -> redis::RedisResult<redis::Value> {
-    redis::Script::new(include_str!("../lua/lock_handover.lua"))
-        .key("hx")
-        .key("redisson_lock__channel:{hx}")
-        .key(counter)
-        .arg("releaser")
-        .arg("waiter")
-        .arg(30_000)
-        .arg(0)
-        .arg(resend)
-        .invoke_async(raw)
-        .await
+    redis::Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/lock_handover.lua")
+    ))
+    .key("hx")
+    .key("redisson_lock__channel:{hx}")
+    .key(counter)
+    .arg("releaser")
+    .arg("waiter")
+    .arg(30_000)
+    .arg(0)
+    .arg(resend)
+    .invoke_async(raw)
+    .await
 }

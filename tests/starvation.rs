@@ -351,7 +351,10 @@ async fn a_handover_to_the_first_starving_waiter_is_a_real_one() {
     let _listening = support::Listener::on(&server, "redisson_lock__channel:{s}").await;
     let _: () = raw.hset("s", "releaser", 1).await.unwrap();
     let _: () = raw.zadd(STARVING, "waiter", 1).await.unwrap();
-    let script = redis::Script::new(include_str!("../lua/lock_handover.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/lock_handover.lua")
+    ));
     let handover = |resend: &'static str| {
         let mut inv = script.prepare_invoke();
         inv.key("s")

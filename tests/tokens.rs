@@ -370,7 +370,10 @@ async fn a_late_release_of_a_failed_unlock_cannot_undo_the_next_grant() {
 async fn the_plain_acquire_answers_one_integer_that_no_two_outcomes_share() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
-    let script = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/clock.lua"),
+        include_str!("../lua/lock_acquire.lua")
+    ));
     let acquire = |name: &str, owner: &str, stale: &str| {
         let mut inv = script.prepare_invoke();
         inv.key(name)

@@ -8,7 +8,7 @@ use redis::{Cmd, RedisWrite, ToRedisArgs};
 #[derive(Debug)]
 pub(crate) struct LuaScript {
     pub(super) name: &'static str,
-    source: Source,
+    source: &'static str,
     sha: OnceLock<String>,
     /// The variant for sharded pub/sub (a Redis 7 cluster): SPUBLISH for PUBLISH, PUBSUB
     /// SHARDNUMSUB for PUBSUB NUMSUB; its source and SHA.
@@ -18,30 +18,12 @@ pub(crate) struct LuaScript {
     listed: Option<&'static LuaScript>,
 }
 
-/// A script's text: a file of `lua/`, or the list form of one, made when first asked for.
-#[derive(Debug)]
-enum Source {
-    File(&'static str),
-    List {
-        body: &'static str,
-        text: OnceLock<String>,
-    },
-}
-
-/// The list form of the script `body` (see `lua/list_head.lua`). Every grant in the list reads
-/// the clock that the first one read: TIME costs Redis as much as a command that writes, and
-/// a list runs in well under a millisecond.
-fn list_source(body: &str) -> String {
-    format!(
-        "{}{}{}",
-        include_str!("../../lua/list_head.lua"),
-        body.replace("redis.call('time')", "list_time()"),
-        include_str!("../../lua/list_tail.lua"),
-    )
-}
-
 impl LuaScript {
-    const fn new(name: &'static str, source: Source, listed: Option<&'static LuaScript>) -> Self {
+    const fn new(
+        name: &'static str,
+        source: &'static str,
+        listed: Option<&'static LuaScript>,
+    ) -> Self {
         LuaScript {
             name,
             source,
@@ -69,11 +51,8 @@ impl LuaScript {
     }
 
     /// The script's text as Redis runs it (without the sharded rewrite).
-    pub(super) fn text(&self) -> &str {
-        match &self.source {
-            Source::File(text) => text,
-            Source::List { body, text } => text.get_or_init(|| list_source(body)),
-        }
+    pub(super) fn text(&self) -> &'static str {
+        self.source
     }
 
     pub(crate) fn sha(&self) -> &str {
@@ -112,18 +91,24 @@ impl LuaScript {
 }
 
 macro_rules! scripts {
-    ($($ident:ident => $file:literal $(listed as $listed:ident)?),* $(,)?) => {
+    ($($ident:ident => $file:literal $(listed as $listed:ident $(after $prelude:literal)?)?),* $(,)?) => {
         $(pub(crate) static $ident: LuaScript = LuaScript::new(
             $file,
-            Source::File(include_str!(concat!("../../lua/", $file, ".lua"))),
+            concat!(
+                $($(include_str!(concat!("../../lua/", $prelude, ".lua")),)?)?
+                include_str!(concat!("../../lua/", $file, ".lua")),
+            ),
             scripts!(@listed $($listed)?),
         );
+        // The list form: list_head.lua (which also defines what a prelude would), the script,
+        // list_tail.lua.
         $(pub(crate) static $listed: LuaScript = LuaScript::new(
             concat!($file, " (list form)"),
-            Source::List {
-                body: include_str!(concat!("../../lua/", $file, ".lua")),
-                text: OnceLock::new(),
-            },
+            concat!(
+                include_str!("../../lua/list_head.lua"),
+                include_str!(concat!("../../lua/", $file, ".lua")),
+                include_str!("../../lua/list_tail.lua"),
+            ),
             None,
         );)?)*
         /// Every script, for loading them all at connect time.
@@ -134,9 +119,9 @@ macro_rules! scripts {
 }
 
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" listed as LOCK_ACQUIRE_LIST,
+    LOCK_ACQUIRE => "lock_acquire" listed as LOCK_ACQUIRE_LIST after "clock",
     LOCK_RELEASE => "lock_release" listed as LOCK_RELEASE_LIST,
-    LOCK_HANDOVER => "lock_handover" listed as LOCK_HANDOVER_LIST,
+    LOCK_HANDOVER => "lock_handover" listed as LOCK_HANDOVER_LIST after "clock",
     LOCK_RENEW => "lock_renew",
     LOCK_REPAIR => "lock_repair",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",

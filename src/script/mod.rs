@@ -177,7 +177,7 @@ impl Executor {
         let mut _turn = None;
         if let Some(commit) = &self.commit {
             commit.settle(call).await;
-            if !crate::connection::on_own() {
+            if !crate::connection::wants_own() {
                 match commit.enter(call) {
                     Some(commit::Entry::Listed(waiting)) => return waiting.await,
                     Some(commit::Entry::Alone(turn)) => _turn = Some(turn),
