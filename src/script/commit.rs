@@ -372,21 +372,8 @@ impl Commit {
             .listed()
             .expect("queued calls have a list form");
         let cmd = ScriptCall::list_evalsha(script, &calls, self.sharded);
-        let result = match self.conn.send(&cmd, self.cap).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                tracing::debug!(script = script.name(), "NOSCRIPT: loading and resending");
-                // NOSCRIPT: nothing ran, so the whole list goes again.
-                match self
-                    .conn
-                    .send(&script.load_cmd(self.sharded), self.cap)
-                    .await
-                {
-                    Ok(_) => self.conn.send(&cmd, self.cap).await,
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        };
+        // NOSCRIPT: nothing ran, so the whole list goes again.
+        let result = self.send_loading(&cmd, script).await;
         match result.map(|replies| split(replies, list.len())) {
             Ok(Ok(replies)) => {
                 // A write refused inside the list (READONLY: a sentinel's master was demoted)
@@ -410,13 +397,20 @@ impl Commit {
     }
 
     async fn send_one(&self, call: &ScriptCall) -> RedisResult<Value> {
-        let cmd = call.evalsha(self.sharded);
-        match self.conn.send(&cmd, self.cap).await {
+        self.send_loading(&call.evalsha(self.sharded), call.script)
+            .await
+    }
+
+    /// Sends an EVALSHA of `script`; on NOSCRIPT (the script did not run) loads it and sends
+    /// again once.
+    async fn send_loading(&self, cmd: &redis::Cmd, script: &LuaScript) -> RedisResult<Value> {
+        match self.conn.send(cmd, self.cap).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                tracing::debug!(script = script.name(), "NOSCRIPT: loading and resending");
                 self.conn
-                    .send(&call.script.load_cmd(self.sharded), self.cap)
+                    .send(&script.load_cmd(self.sharded), self.cap)
                     .await?;
-                self.conn.send(&cmd, self.cap).await
+                self.conn.send(cmd, self.cap).await
             }
             other => other,
         }

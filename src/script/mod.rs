@@ -231,9 +231,7 @@ impl Executor {
         let refused = |e| Error::from_redis_request(e, "", || "SCRIPT LOAD".into());
         let shas: Vec<String> = if self.conn.target().is_cluster() {
             let loads = ALL.iter().map(|script| async move {
-                let mut cmd = redis::cmd("SCRIPT");
-                cmd.arg("LOAD").arg(script.source_for(self.sharded));
-                let sha = self.query(&cmd).await?;
+                let sha = self.query(&script.load_cmd(self.sharded)).await?;
                 String::from_redis_value(sha).map_err(RedisError::from)
             });
             futures::future::try_join_all(loads)
@@ -263,9 +261,7 @@ impl Executor {
     }
 
     async fn load(&self, script: &LuaScript) -> std::result::Result<(), RedisError> {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(script.source_for(self.sharded));
-        self.query(&cmd).await.map(drop)
+        self.query(&script.load_cmd(self.sharded)).await.map(drop)
     }
 
     /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
