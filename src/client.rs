@@ -129,7 +129,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn live_owners(&self) -> usize {
-        self.locks.owners.len()
+        self.locks.live.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A handle on the reentrant lock `name`.

@@ -86,6 +86,78 @@ impl LockGuard {
         blocker.call(guard.unlock())
     }
 
+    /// One more hold of this guard's acquisition, granted at once with this hold's fencing
+    /// token: Redisson's reentrant `lock()`, made explicit. As
+    /// [`ferrisson::LockGuard::reenter`](crate::LockGuard::reenter).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime;
+    /// [`Error::LockLost`](crate::Error::LockLost) when this hold is gone;
+    /// [`Error::Redis`](crate::Error::Redis) when Redis fails.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// fn audit(guard: &ferrisson::blocking::LockGuard) -> ferrisson::Result<()> {
+    ///     let nested = guard.reenter()?; // one more hold, same token
+    ///     nested.unlock()
+    /// }
+    /// let guard = client.get_lock("ledger").lock()?;
+    /// audit(&guard)?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reenter(&self) -> Result<LockGuard> {
+        let nested = self.blocker.call(self.guard.reenter())?;
+        Ok(LockGuard::wrap(nested, self.blocker.clone()))
+    }
+
+    /// Runs `work` on the calling thread inside this hold's scope: an acquisition of the same
+    /// lock (same client and name, any handle) that `work` makes on this thread is one more
+    /// hold of this one, as inside [`RLock::with_lock`](super::RLock::with_lock). Other
+    /// threads, those `work` starts included, are outside.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let lock = client.get_lock("ledger");
+    /// let guard = lock.lock()?;
+    /// guard.scope(|| -> ferrisson::Result<()> {
+    ///     let again = lock.lock()?; // nested: granted at once
+    ///     again.unlock()
+    /// })?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<T>(&self, work: impl FnOnce() -> T) -> T {
+        self.guard.enter().run_here(work)
+    }
+
+    /// How many holds this guard's acquisition has on the lock (this one and those nested in
+    /// it), as Redis counts them. As
+    /// [`ferrisson::LockGuard::hold_count`](crate::LockGuard::hold_count).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime;
+    /// [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(lock: ferrisson::blocking::RLock) -> ferrisson::Result<()> {
+    /// let guard = lock.lock()?;
+    /// assert_eq!(guard.hold_count()?, 1);
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_count(&self) -> Result<u32> {
+        self.blocker.call(self.guard.hold_count())
+    }
+
     /// The fencing token of this hold: strictly greater than that of every earlier grant of the
     /// same lock name, from any client. Reentrant holds share their first hold's token.
     ///

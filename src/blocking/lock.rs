@@ -349,7 +349,10 @@ impl RLock {
     /// ```
     pub fn with_lock<T>(&self, work: impl FnOnce(u64) -> T) -> Result<T> {
         let guard = self.lock()?;
-        let out = work(guard.fencing_token());
+        let token = guard.fencing_token();
+        // The closure runs inside the hold's scope: what it acquires of this lock, on this
+        // thread, nests in it.
+        let out = guard.scope(|| work(token));
         let lost = guard.is_lost();
         match (guard.unlock(), lost) {
             (Ok(()), false) => Ok(out),

@@ -1,6 +1,7 @@
 //! What a lock handle and its clones share: the client, the kind's scripts for one name, and
-//! the rule that says whose an acquire is. An acquire finds the asking task's
-//! [owner](crate::lock::owner) and works through a [holder](crate::lock::holder) of it.
+//! the rule that says whose an acquire is: a new [owner](crate::lock::owner), or the owner of
+//! the hold whose [scope](crate::lock::scope) it is made in. The acquire works through a
+//! [holder](crate::lock::holder) of that owner.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,16 +9,16 @@ use std::sync::Arc;
 use crate::core::Core;
 use crate::error::Result;
 use crate::lock::holder::{Holder, LockOps};
-use crate::lock::owner::{Acquiring, ClientLocks, Owner};
+use crate::lock::owner::{ClientLocks, Owner};
 use crate::lock::replies::{Inspection, inspect_field, run_force_unlock};
-use crate::owner::Asker;
+use crate::lock::scope::{ScopeKey, owner_in_scope};
 
 pub(crate) struct Handle {
     pub(crate) core: Arc<Core>,
     pub(crate) locks: Arc<ClientLocks>,
     pub(crate) ops: Box<dyn LockOps>,
-    /// Every acquire is an owner of its own (an `RMutex`, never reentrant), instead of the
-    /// asking task's.
+    /// Never reentrant (an `RMutex`): even an acquire inside a hold's scope is an owner of its
+    /// own.
     single: bool,
 }
 
@@ -31,7 +32,7 @@ impl fmt::Debug for Handle {
 }
 
 impl Handle {
-    /// A handle whose holds belong to the asking task.
+    /// A handle whose acquires nest in the scopes of their holds.
     pub(crate) fn new(core: Arc<Core>, locks: Arc<ClientLocks>, ops: Box<dyn LockOps>) -> Self {
         Handle {
             core,
@@ -41,7 +42,7 @@ impl Handle {
         }
     }
 
-    /// A handle each of whose acquires is an owner of its own.
+    /// A handle each of whose acquires is an owner of its own, nested or not.
     pub(crate) fn single(core: Arc<Core>, locks: Arc<ClientLocks>, ops: Box<dyn LockOps>) -> Self {
         Handle {
             single: true,
@@ -49,31 +50,44 @@ impl Handle {
         }
     }
 
+    /// Whether acquires of this handle may nest (all but an `RMutex`'s).
+    pub(crate) fn reentrant(&self) -> bool {
+        !self.single
+    }
+
     pub(crate) fn name(&self) -> &str {
         self.ops.name()
     }
 
-    /// The owner an acquire of the caller works for, with the acquire counted: the asking
-    /// task's (or thread's) owner of this lock on this client. One task-id read and one table
-    /// lookup.
-    pub(crate) fn acquiring(&self) -> Acquiring {
-        let name = self.ops.name();
-        if self.single {
-            return Acquiring::single(Owner::single(&self.core.owners, name));
+    /// Where this lock's holds are found in a scope.
+    pub(crate) fn scope_key(&self) -> ScopeKey<'_> {
+        ScopeKey {
+            client: self.core.owners.client_id(),
+            name: self.ops.name(),
+            family: self.ops.family(),
         }
-        let key = (name, self.ops.family());
-        self.locks
-            .owners
-            .acquiring(&self.core.owners, key, Asker::current())
     }
 
-    /// The caller's owner of this lock, if it has one (an asker holding nothing may have none).
-    pub(crate) fn current_owner(&self) -> Option<Arc<Owner>> {
+    /// The owner an acquire of the caller works for: the owner of the hold whose scope the
+    /// caller runs in, else a new one. One task-local read (and a thread-local one outside any
+    /// scope).
+    pub(crate) fn acquiring(&self) -> Arc<Owner> {
+        if let Some(owner) = self.owner_in_scope() {
+            return owner;
+        }
+        let name = self.ops.name();
+        if self.single {
+            return Owner::single(&self.core.owners, name);
+        }
+        Owner::counted(&self.core.owners, name, &self.locks.live)
+    }
+
+    /// The owner of the hold whose scope the caller runs in, if any.
+    pub(crate) fn owner_in_scope(&self) -> Option<Arc<Owner>> {
         if self.single {
             return None;
         }
-        let key = (&**self.ops.name(), self.ops.family());
-        self.locks.owners.find(key, Asker::current())
+        owner_in_scope(self.scope_key())
     }
 
     /// A holder of `owner`'s holds through this handle's kind.
@@ -84,13 +98,17 @@ impl Handle {
         }
     }
 
-    /// The lock's state, and the caller's holds on this side of it.
+    /// The lock's state, and the holds on this side of it of the scope the caller runs in.
     pub(crate) async fn inspect(&self) -> Result<Inspection> {
-        let owner = self.current_owner();
+        self.inspect_for(self.owner_in_scope().as_deref()).await
+    }
+
+    /// The lock's state, and `owner`'s holds on this side of it.
+    pub(crate) async fn inspect_for(&self, owner: Option<&Owner>) -> Result<Inspection> {
         let nobody;
-        let field = match &owner {
+        let field = match owner {
             Some(owner) => self.ops.field(owner),
-            // The caller holds nothing: its holds are counted for a name no owner has, so Redis
+            // The caller runs in no hold's scope: its holds are counted for a name no owner has, so Redis
             // still says whether the lock is taken (and whether the key is a lock at all).
             None => {
                 nobody = self.core.owners.nobody();

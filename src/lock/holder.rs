@@ -69,11 +69,6 @@ impl Holds {
         self.count
     }
 
-    /// Nothing held, nothing pending: fit for another owner.
-    pub(crate) fn pristine(&self) -> bool {
-        self.count == 0 && self.lease.is_none() && self.leftovers.idle()
-    }
-
     /// Whether the owner holds the lock with a lease not known to be lost: only then may an
     /// acquire be answered as one more hold of it (sharing its token).
     fn live(&self) -> bool {
@@ -172,6 +167,7 @@ impl Holder {
             self.guard_on(holds, lease, mode)
         };
         let armed = &queued.armed;
+        let hinted = &AtomicBool::new(false);
         let result = wait::acquire(
             self.inner(),
             &channel,
@@ -195,6 +191,12 @@ impl Holder {
                 }
                 let answer = self.attempt(mode, want, ask_server).await;
                 observed.attempt_answered(&answer);
+                if waiting
+                    && matches!(answer, Ok(Attempt::Busy { .. }))
+                    && !hinted.swap(true, Ordering::Relaxed)
+                {
+                    self.hint_if_own_hold();
+                }
                 answer
             },
             register,
@@ -227,6 +229,22 @@ impl Holder {
             }
         }
         result
+    }
+
+    /// Warns once per wait when the lock is held by an acquisition of the waiter's own task
+    /// (else thread): code ported from Java often expects such a `lock()` to be reentrant. A
+    /// hint only: a future polled beside the holder may well mean to wait.
+    fn hint_if_own_hold(&self) {
+        if self.inner().watchdog.held_in(self.name(), self.owner.asker()) {
+            tracing::warn!(
+                lock = %self.name(),
+                "this acquisition waits for a hold taken in the same task or thread; every \
+                 acquisition is an owner of its own, so a lock() nested in a hold's work outside \
+                 its scope waits for it. To nest, run the work inside `with_lock` or \
+                 `guard.scope(..)`, or take one more hold with `guard.reenter()`; a future \
+                 polled beside the holder (join!, select!, buffer_unordered) waits as meant"
+            );
+        }
     }
 
     pub(super) async fn leave_queue(&self) {
@@ -482,6 +500,7 @@ impl Holder {
         if let Some(how) = wanted {
             let renewal = Renewal {
                 target: self.ops().renewal(&self.owner),
+                asker: Some(self.owner.asker()),
                 labels,
                 lease: lease.clone(),
             };

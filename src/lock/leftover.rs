@@ -7,10 +7,10 @@
 //!   bounded time.
 //! - The unanswered command itself may still reach Redis late (it sat in a socket buffer of a
 //!   connection the client gave up), after the same owner was granted the lock anew, and undo
-//!   that new grant. So an owner with such a command possibly in flight is *tainted*: the next
-//!   acquire of its task, once the owner holds nothing on either side of the lock, retires it
-//!   from the client's table and works for a new owner (with a new name); the background task
-//!   removes the retired owner's holds. A late command can only reach the retired name.
+//!   that new grant. Every acquisition is a new owner with a new name, so only an acquire
+//!   nested in the owner's scope could meet such a command: an owner with one possibly in
+//!   flight is *tainted*, and a nested acquire, once the owner holds nothing on either side of
+//!   the lock, works for a new owner instead. A late command can only reach the old name.
 //!
 //! Whatever the client's view, a new guard never carries an old token: the acquire scripts
 //! replace a leftover of an owner that holds nothing live with a fresh grant (see
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::lock::handle::Handle;
 use crate::lock::holder::{Holder, Holds};
-use crate::lock::owner::{Acquiring, Owner};
+use crate::lock::owner::Owner;
 
 /// The first pause before a background retry; it doubles up to [`RETRY_MAX`].
 const RETRY: Duration = Duration::from_millis(100);
@@ -47,16 +47,11 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    /// Marks the owner tainted: its task's next acquire retires it. Callers also mark the
-    /// owner itself ([`Owner::taint`](crate::lock::owner::Owner::taint)).
+    /// Marks the owner tainted: no acquire works for it again once it holds nothing. Callers
+    /// also mark the owner itself ([`Owner::taint`](crate::lock::owner::Owner::taint)).
     pub(crate) fn taint(&mut self) {
         self.tainted = true;
         self.removed = false;
-    }
-
-    /// Neither tainted nor being worked on.
-    pub(crate) fn idle(&self) -> bool {
-        !self.tainted && !self.working
     }
 
     fn pending(&self, count: u32) -> bool {
@@ -66,89 +61,46 @@ impl Leftovers {
 
 impl Handle {
     /// The owner an acquire of the caller works for (see [`Handle::acquiring`]); a tainted one
-    /// that holds nothing on either side of the lock, and has no other acquire under way, is
-    /// retired first and replaced by a new one.
-    pub(crate) async fn acquiring_untainted(self: &Arc<Self>) -> Acquiring {
-        let acquiring = self.acquiring();
-        if !acquiring.owner().may_be_tainted() {
-            return acquiring;
+    /// (only a nested acquire meets one) that holds nothing on either side of the lock is left
+    /// to its background removal, and the acquire works for a new owner.
+    pub(crate) async fn acquiring_untainted(self: &Arc<Self>) -> Arc<Owner> {
+        let owner = self.acquiring();
+        if !owner.may_be_tainted() {
+            return owner;
         }
         // Rare: boxed, so an acquire's future does not carry this wait for the holds.
-        Box::pin(self.retire_tainted(acquiring)).await
+        Box::pin(self.untainted(owner)).await
     }
 
-    async fn retire_tainted(self: &Arc<Self>, acquiring: Acquiring) -> Acquiring {
-        let owner = acquiring.owner().clone();
-        let holds = owner.holds(self.ops.side()).lock().await;
+    async fn untainted(self: &Arc<Self>, owner: Arc<Owner>) -> Arc<Owner> {
+        let holds = owner.holds(self.ops.side()).clone();
+        let count = holds.lock().await.count();
         // A read-write lock's other side: its holds and taint are the same owner's.
-        let sibling = self.sibling();
-        let other = match &sibling {
-            Some(sibling) => match owner.holds(sibling.ops.side()).try_lock() {
-                Ok(other) => Some(other),
-                // An operation of the other side is under way: a later acquire retires.
-                Err(_) => return acquiring,
+        let other = match self.ops.sibling() {
+            // An operation of the other side under way still works for the owner.
+            Some(sibling) => match owner.holds(sibling.side()).try_lock() {
+                Ok(other) => other.count(),
+                Err(_) => 1,
             },
-            None => None,
+            None => 0,
         };
-        // Only an owner holding nothing is retired; and not while another acquire of it may
-        // be waiting under its name (a release could hand it the lock under that name).
-        if holds.count != 0
-            || other.as_ref().is_some_and(|o| o.count() != 0)
-            || !self.locks.owners.retire(&acquiring)
-        {
-            return acquiring;
+        if count != 0 || other != 0 {
+            return owner;
         }
-        tracing::debug!(lock = %self.name(), retired = %owner.id(), "owner retired after an unknown outcome");
-        // The retired name's holds go now on every tainted side, whatever was removed before (a
-        // late command may have come since), so the new owner never shares the lock with them
-        // (readers would); when Redis does not answer, or this acquire is dropped meanwhile, in
-        // the background.
-        let mut sides = vec![(self.clone(), holds)];
-        if let (Some(sibling), Some(other)) = (sibling, other) {
-            sides.push((sibling, other));
-        }
-        for (handle, holds) in &mut sides {
-            if holds.leftovers.tainted {
-                handle.holder(owner.clone()).clear_retired(holds).await;
-            }
-        }
-        drop(sides);
-        drop(acquiring);
-        self.acquiring()
-    }
-
-    /// The handle of a read-write lock's other side, for the same name and owners.
-    fn sibling(self: &Arc<Self>) -> Option<Arc<Handle>> {
-        let ops = self.ops.sibling()?;
-        Some(Arc::new(Handle::new(
-            self.core.clone(),
-            self.locks.clone(),
-            ops,
-        )))
+        tracing::debug!(lock = %self.name(), left = %owner.id(), "a nested acquire of an owner holding nothing after an unknown outcome works for a new owner");
+        Owner::counted(&self.core.owners, self.ops.name(), &self.locks.live)
     }
 }
 
 impl Holder {
-    /// An unlock or a repair of the current owner went unanswered, leaving a possible leftover
-    /// that a lease of `lease_ms` frees at the latest: remove it in the background, and retire
-    /// the owner before its next acquire.
+    /// An unlock or a repair of the current owner failed or went unanswered, leaving a
+    /// possible leftover that a lease of `lease_ms` frees at the latest: remove it in the
+    /// background as soon as Redis answers, and work for the owner no more once it holds
+    /// nothing.
     pub(super) fn taint(&self, holds: &mut Holds, lease_ms: u64) {
         holds.leftovers.taint();
         self.owner.taint();
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
-    }
-
-    /// Removes the holds of this (retired) owner's side: the background task is armed first,
-    /// so that a cancelled or failed removal here still happens.
-    async fn clear_retired(&self, holds: &mut Holds) {
-        holds.leftovers.removed = false;
-        self.work_on_leftovers(holds, TRY_FOR);
-        match self.repair_to(&self.owner, 0, 0).await {
-            Ok(()) => holds.leftovers.removed = true,
-            Err(e) => {
-                tracing::debug!(lock = %self.name(), error = %e, "a retired owner's holds go in the background");
-            }
-        }
     }
 
     /// Makes sure a background task removes the leftovers, trying for at least `within`.
@@ -172,7 +124,7 @@ impl Holder {
             let mut holds = self.holds().lock().await;
             let mut failure = None;
             // The owner, holding nothing the client knows of: its leftover goes. It stays
-            // tainted (a late command may still come): its task's next acquire retires it.
+            // tainted (a late command may still come): no acquire works for it again.
             if holds.leftovers.tainted && holds.count == 0 && !holds.leftovers.removed {
                 match self.repair_to(&self.owner, 0, 0).await {
                     Ok(()) => holds.leftovers.removed = true,
@@ -196,7 +148,7 @@ impl Holder {
 }
 
 /// Removes in the background every hold of `owner`, a waiter of this client whose handed-over
-/// hold could not be taken back (its holder retires that name at its next acquire), trying for
+/// hold could not be taken back (no acquire works for that name again), trying for
 /// at most `lease_ms` (the hold's lease frees it then).
 pub(super) fn take_back_later(holder: Holder, owner: Arc<Owner>, lease_ms: u64) {
     let until = Instant::now() + Duration::from_millis(lease_ms).min(TRY_FOR);

@@ -1,6 +1,7 @@
-//! The lock family. Every kind plugs its scripts ([`ops`]) into one engine: an acquire finds the
-//! asking task's [`owner`], whose [`holder`] keeps the hold count, runs the scripts and the
-//! waiting loop, repairs after cancellation, registers with the watchdog and makes the guard.
+//! The lock family. Every kind plugs its scripts ([`ops`]) into one engine: an acquire is a new
+//! [`owner`] (or, nested in a hold's [`scope`], that hold's owner), whose [`holder`] keeps the
+//! hold count, runs the scripts and the waiting loop, repairs after cancellation, registers
+//! with the watchdog and makes the guard.
 
 mod fair;
 mod fenced;
@@ -18,6 +19,7 @@ mod release;
 mod replies;
 mod rlock;
 mod rwlock;
+mod scope;
 mod scoped;
 pub(crate) mod wait;
 

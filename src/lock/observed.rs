@@ -11,21 +11,35 @@ use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::Handle;
 use crate::lock::holder::{Holder, Holds, LeaseMode};
+use crate::lock::owner::Owner;
 use crate::observe::{Acquire, Labels, Release};
 
 impl Handle {
-    /// Acquires for the caller's owner, waiting at most `wait` (`None`: for ever), in a
-    /// `ferrisson.acquire` span.
+    /// Acquires for the caller's owner (a new one, or that of the hold whose scope the caller
+    /// runs in), waiting at most `wait` (`None`: for ever), in a `ferrisson.acquire` span.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
+        mode: LeaseMode,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_for(None, mode, wait).await
+    }
+
+    /// As [`acquire`](Self::acquire), for `owner` when given (one more hold of a guard's).
+    pub(crate) async fn acquire_for(
+        self: &Arc<Self>,
+        owner: Option<Arc<Owner>>,
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         self.core.accepting()?;
         let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
         let acquire = async {
-            let acquiring = self.acquiring_untainted().await;
-            let holder = self.holder(acquiring.owner().clone());
+            let owner = match owner {
+                Some(owner) => owner,
+                None => self.acquiring_untainted().await,
+            };
+            let holder = self.holder(owner);
             holder.acquire_observed(mode, wait, &observed).await
         };
         let result = acquire.instrument(observed.span()).await;

@@ -111,9 +111,11 @@ impl Holder {
             }
             Err(e) => {
                 holds.count = remaining;
-                if e.outcome_unknown() {
-                    // The release may or may not have run, or may still run late: the server
-                    // may still count the hold.
+                if e.outcome_unknown() || remaining == 0 {
+                    // The release may or may not have run, or may still run late; or it did
+                    // not run and the client gave up its last hold: either way the server may
+                    // still count the hold, which goes in the background as soon as Redis
+                    // answers (a restarted server that kept its data, say).
                     self.taint(holds, lease.lease_ms());
                 }
                 Err(e)

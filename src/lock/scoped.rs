@@ -50,9 +50,11 @@ impl RLock {
         Fut: Future<Output = T>,
     {
         let guard = self.lock().await?;
+        // The work runs inside the hold's scope: what it acquires of this lock nests in it.
+        let work = guard.enter().run(work(guard.fencing_token()));
         let done = tokio::select! {
             biased;
-            out = work(guard.fencing_token()) => Some(out),
+            out = work => Some(out),
             () = guard.lost() => None,
         };
         let released = guard.unlock().await;

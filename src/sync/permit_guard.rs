@@ -45,6 +45,7 @@ impl Permits {
         let how = if renewed { Watch::Renew } else { Watch::Check };
         let renewal = shared.inner().watchdog.watch(
             Renewal {
+                asker: None,
                 target: target.clone(),
                 lease: lease.clone(),
                 labels: labels.clone(),
@@ -71,6 +72,7 @@ impl Permits {
     /// After the lease was fixed: the watchdog only re-checks the permits from now on.
     fn check_from_now(&self) {
         let renewal = Renewal {
+                asker: None,
             target: self.target.clone(),
             lease: self.lease.clone(),
             labels: self

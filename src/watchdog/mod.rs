@@ -133,6 +133,9 @@ impl RenewTarget {
 #[derive(Debug)]
 pub(crate) struct Renewal {
     pub(crate) target: RenewTarget,
+    /// Where the hold's acquisition was asked from (locks only), for the hint a wait for a
+    /// hold of the waiter's own task gets.
+    pub(crate) asker: Option<crate::owner::Asker>,
     pub(crate) lease: Arc<Lease>,
     pub(crate) labels: crate::observe::Labels,
 }
@@ -234,6 +237,14 @@ impl Watchdog {
         registry.next_id += 1;
         registry.entries.insert(id, entry);
         id
+    }
+
+    /// Whether a live hold of lock `key` was acquired by `asker` (every live lock guard's hold
+    /// is registered, renewed or checked). A scan: for the rare path of a wait's first refusal.
+    pub(crate) fn held_in(&self, key: &str, asker: crate::owner::Asker) -> bool {
+        self.shared.registry().entries.values().any(|e| {
+            e.renewal.asker == Some(asker) && e.renewal.target.key() == key
+        })
     }
 
     /// Stops renewing; a renewal in flight for it is ignored when it returns.
