@@ -112,11 +112,11 @@ impl Client {
         self.inner.owners.client_id()
     }
 
-    /// How many lock owners this client keeps state for now. An owner is a task (or, outside
-    /// any task, a thread) with respect to one lock name, as long as it holds that lock, waits
-    /// for it, or has a release or repair of it under way. It drops back to zero once every
-    /// guard is gone and its background release has finished, however many tasks locked: a
-    /// leak check and a monitoring gauge. `RMutex` acquires are not counted.
+    /// How many lock owners this client keeps state for now. An owner is one acquisition (and
+    /// the holds nested in it), as long as it holds its lock, waits for it, or has a release or
+    /// repair of it under way. It drops back to zero once every guard is gone and its
+    /// background release has finished, however many acquisitions were made: a leak check and
+    /// a monitoring gauge. `RMutex` acquires are not counted.
     ///
     /// # Examples
     ///
@@ -134,8 +134,9 @@ impl Client {
 
     /// A handle on the reentrant lock `name`.
     ///
-    /// Its holds belong to the task that asks (see [`RLock`]): tasks sharing the handle are
-    /// contenders, and one task locking again, through any handle of the name, is reentrant. A malformed
+    /// Each acquisition is an owner of its own (see [`RLock`]): acquisitions through one handle,
+    /// from one task or many, exclude each other, and only an acquisition nested in a hold's
+    /// scope (`with_lock`'s work, a guard's `scope`, `reenter`) is reentrant. A malformed
     /// name (empty, over 16 KiB, broken `{}` hash tag) is reported by every operation of the
     /// handle as [`Error::InvalidArgument`].
     ///

@@ -75,8 +75,8 @@ impl Client {
     }
 
     /// The async client this one wraps: the same connections, watchdog and owners, for the
-    /// parts of a program that run in an async runtime. Holds taken through it belong to the
-    /// asking task, as the async API says.
+    /// parts of a program that run in an async runtime. Its acquisitions and this client's
+    /// exclude each other as any two acquisitions do.
     ///
     /// # Examples
     ///
@@ -121,8 +121,8 @@ impl Client {
         self.client.live_owners()
     }
 
-    /// A handle on the reentrant lock `name`, whose holds belong to the calling thread. See
-    /// [`RLock`].
+    /// A handle on the reentrant lock `name`: each acquisition is an owner of its own, and only
+    /// one nested in a hold's scope is reentrant. See [`RLock`].
     ///
     /// # Examples
     ///

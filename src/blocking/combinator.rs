@@ -40,8 +40,9 @@ pub struct MultiLock {
 }
 
 impl MultiLock {
-    /// A MultiLock over `locks`. Giving the same handle twice is reentrant; two different
-    /// handles on the same lock would wait for each other, so do not.
+    /// A MultiLock over `locks`. One acquisition takes all parts as one owner: a lock given
+    /// twice (the same handle, or another of the same client and name) is one more hold of its
+    /// first part.
     ///
     /// # Examples
     ///

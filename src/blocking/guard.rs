@@ -6,8 +6,8 @@ use super::Blocker;
 use crate::error::Result;
 
 /// One hold of a lock, for synchronous code: the blocking twin of
-/// [`ferrisson::LockGuard`](crate::LockGuard). `Send` and `'static`: it may move to another
-/// thread and be released there (the hold stays its first thread's).
+/// [`ferrisson::LockGuard`](crate::LockGuard). `Send` and `'static`: it carries its hold to
+/// another thread, where it may be released.
 ///
 /// While it lives, a hold taken without a fixed lease is renewed by the client's watchdog on the
 /// client's own thread, whatever the holding thread does: CPU work or a long

@@ -9,9 +9,11 @@ use crate::error::{Error, Result};
 /// A reentrant distributed lock, Redisson's `RLock`, for synchronous code: the blocking twin of
 /// [`ferrisson::RLock`](crate::RLock), whose documentation tells what each method does.
 ///
-/// A hold belongs to the thread that asked, whatever handle it asked through: threads sharing a
-/// handle exclude each other, and one thread locking again is reentrant (each guard gives back
-/// one hold). The fair lock and both sides of a read-write lock are `RLock`s too.
+/// A hold belongs to its acquisition: threads sharing a handle exclude each other, a guard
+/// handed to another thread carries its hold, and a second `lock()` on the same thread waits.
+/// Only an acquisition nested in a hold's scope (inside [`with_lock`](Self::with_lock)'s closure
+/// or [`LockGuard::scope`], or taken with [`LockGuard::reenter`]) is reentrant: one more hold,
+/// same token, no wait. The fair lock and both sides of a read-write lock are `RLock`s too.
 ///
 /// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called inside a
 /// Tokio runtime.
@@ -26,12 +28,12 @@ use crate::error::{Error, Result};
 /// let mut workers = Vec::new();
 /// for _ in 0..4 {
 ///     let lock = lock.clone();
-///     // Four threads, four owners: one at a time inside.
+///     // Four threads, four acquisitions: one at a time inside.
 ///     workers.push(std::thread::spawn(move || -> ferrisson::Result<()> {
-///         let guard = lock.lock()?;
-///         let again = lock.lock()?; // this thread's own hold: reentrant
-///         again.unlock()?;
-///         guard.unlock()
+///         lock.with_lock(|_token| -> ferrisson::Result<()> {
+///             let again = lock.lock()?; // nested in the hold's closure: reentrant
+///             again.unlock()
+///         })?
 ///     }));
 /// }
 /// for worker in workers {
@@ -222,8 +224,10 @@ impl RLock {
         self.blocker.call(self.lock.is_locked())
     }
 
-    /// Whether the calling thread holds the lock, through any handle. Redisson's
-    /// `isHeldByCurrentThread`.
+    /// Whether the hold whose scope the calling thread runs in (inside
+    /// [`with_lock`](Self::with_lock)'s closure or a guard's [`scope`](LockGuard::scope), of
+    /// this lock) still holds it; `false` outside any scope. Redisson's
+    /// `isHeldByCurrentThread`. As [`ferrisson::RLock::is_held`](crate::RLock::is_held).
     ///
     /// # Errors
     ///
@@ -234,14 +238,16 @@ impl RLock {
     /// ```no_run
     /// # fn demo(lock: ferrisson::blocking::RLock) -> ferrisson::Result<()> {
     /// assert!(!lock.is_held()?);
+    /// assert!(lock.with_lock(|_| lock.is_held())??);
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> Result<bool> {
         self.blocker.call(self.lock.is_held())
     }
 
-    /// How many holds the calling thread has on the lock, as Redis counts them. Redisson's
-    /// `getHoldCount`.
+    /// How many holds the hold whose scope the calling thread runs in has on the lock, as
+    /// Redis counts them; 0 outside any scope. Redisson's `getHoldCount`. As
+    /// [`ferrisson::RLock::hold_count`](crate::RLock::hold_count).
     ///
     /// # Errors
     ///
@@ -251,10 +257,11 @@ impl RLock {
     ///
     /// ```no_run
     /// # fn demo(lock: ferrisson::blocking::RLock) -> ferrisson::Result<()> {
-    /// let outer = lock.lock()?;
-    /// let inner = lock.lock()?;
-    /// assert_eq!(lock.hold_count()?, 2);
-    /// # drop((outer, inner));
+    /// lock.with_lock(|_| -> ferrisson::Result<()> {
+    ///     let inner = lock.lock()?; // nested: reentrant
+    ///     assert_eq!(lock.hold_count()?, 2);
+    ///     inner.unlock()
+    /// })??;
     /// # Ok(()) }
     /// ```
     pub fn hold_count(&self) -> Result<u32> {
@@ -320,7 +327,9 @@ impl RLock {
     }
 
     /// Takes the lock (as [`lock`](Self::lock)), runs `work` with the hold's fencing token on
-    /// the calling thread, and gives the lock back, reporting the release's error.
+    /// the calling thread, and gives the lock back, reporting the release's error. `work` runs
+    /// inside the hold's scope: an acquisition of this lock it makes on this thread is one more
+    /// hold of this one (threads it starts are outside).
     ///
     /// Unlike the async [`with_lock`](crate::RLock::with_lock), which drops its work at once,
     /// synchronous work cannot be stopped from outside: a hold lost while `work` ran is found

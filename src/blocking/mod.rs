@@ -31,14 +31,17 @@
 //! handle (`Handle::block_on`): the calling thread sleeps until Redis answered, while the
 //! client's thread does the I/O.
 //!
-//! # Owners: the thread
+//! # Owners: the acquisition
 //!
-//! A hold belongs to the thread that asked, as in Redisson (whose owner names are
-//! `<client-uuid>:<thread-id>`): threads sharing a handle (a clone, an `Arc`, `&`) are separate
-//! contenders and exclude each other, and one thread locking again, through any handle of the
-//! name, is reentrant. A guard may be moved to another thread and unlocked or dropped there;
-//! the hold stays its first thread's, so that thread's next `lock` of the name is reentrant
-//! while the guard lives. [`RMutex`] is not reentrant: each acquire is an owner of its own.
+//! A hold belongs to its acquisition, as in the async API: every `lock`, `try_lock*` and
+//! `lock_with_lease` is an owner of its own (written into Redis as `<client-uuid>:<n>` where
+//! Redisson writes `<uuid>:<thread-id>`), so two acquisitions exclude each other whatever
+//! thread or handle they come from, and a guard handed to another thread carries its hold there.
+//! Reentrancy is nesting, made explicit: an acquisition of the same lock made on the calling
+//! thread inside [`RLock::with_lock`]'s closure or a guard's [`scope`](LockGuard::scope), or
+//! taken with [`LockGuard::reenter`], is one more hold of that acquisition (same token, no
+//! wait). A second `lock()` on the same thread outside any scope waits. [`RMutex`] is never
+//! reentrant.
 //!
 //! # Renewals, loss and drop
 //!

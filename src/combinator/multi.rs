@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::combinator::release_all;
 use crate::error::{Error, Result};
+use crate::lock::scope::Scope;
 use crate::lock::{LockGuard, RLock, lease_ms};
 
 /// Several locks, from one or several clients, taken as one: all of them or none.
@@ -42,8 +43,9 @@ pub struct MultiLock {
 }
 
 impl MultiLock {
-    /// A MultiLock over `locks`. Giving the same handle twice is reentrant; two different handles
-    /// on the same lock would wait for each other, so do not.
+    /// A MultiLock over `locks`. One acquisition takes all parts as one owner: a lock given
+    /// twice (the same handle, or another of the same client and name) is one more hold of its
+    /// first part.
     pub fn new(locks: impl IntoIterator<Item = RLock>) -> Self {
         let mut locks: Vec<RLock> = locks.into_iter().collect();
         locks.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
@@ -210,18 +212,30 @@ impl MultiLock {
         // Parts dropped on an early return release themselves in the background; releasing them
         // here first keeps "nothing held" true when the call returns.
         let mut guards = Vec::with_capacity(self.locks.len());
+        // One acquisition for all parts: each part is taken inside the scopes of the parts
+        // before it, so a lock given twice is one more hold of its first part, not a wait for it.
+        let mut scope = Scope::current();
         for (i, lock) in self.locks.iter().enumerate() {
             let lease = lease.filter(|_| i + 1 == self.locks.len());
-            let part = match (deadline, lease) {
-                (None, None) => lock.lock().await.map(Some),
-                (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
-                (Some(deadline), lease) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    lock.try_lock_for(left, lease).await
+            let take = async {
+                match (deadline, lease) {
+                    (None, None) => lock.lock().await.map(Some),
+                    (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+                    (Some(deadline), lease) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        lock.try_lock_for(left, lease).await
+                    }
                 }
             };
+            let part = match &scope {
+                Some(scope) => Box::pin(scope.clone().run(take)).await,
+                None => take.await,
+            };
             match part {
-                Ok(Some(guard)) => guards.push(guard),
+                Ok(Some(guard)) => {
+                    scope = Some(guard.enter_within(scope.take()));
+                    guards.push(guard);
+                }
                 Ok(None) => {
                     let _ = release_all(guards).await;
                     return Ok(None);

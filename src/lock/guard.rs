@@ -174,7 +174,10 @@ impl LockGuard {
         };
         let owner = Some(self.holder.owner.clone());
         let handle = &self.holder.handle;
-        match handle.acquire_for(owner, mode, Some(Duration::ZERO)).await? {
+        match handle
+            .acquire_for(owner, mode, Some(Duration::ZERO))
+            .await?
+        {
             Some(guard) if Arc::ptr_eq(&guard.lease, &self.lease) => Ok(guard),
             // The hold was gone and the lock free: the grant is a new hold, not this one's.
             Some(other) => {
@@ -218,8 +221,18 @@ impl LockGuard {
 
     /// This hold's scope, inside the caller's current one.
     pub(crate) fn enter(&self) -> Scope {
+        self.enter_within(Scope::current())
+    }
+
+    /// This hold's scope, inside `outer`.
+    pub(crate) fn enter_within(&self, outer: Option<Scope>) -> Scope {
         let handle = &self.holder.handle;
-        Scope::entered(handle.scope_key(), handle.ops.name(), &self.holder.owner)
+        Scope::within(
+            outer,
+            handle.scope_key(),
+            handle.ops.name(),
+            &self.holder.owner,
+        )
     }
 
     /// How many holds this guard's acquisition has on the lock (this one and those nested in

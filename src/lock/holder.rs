@@ -231,11 +231,17 @@ impl Holder {
         result
     }
 
-    /// Warns once per wait when the lock is held by an acquisition of the waiter's own task
-    /// (else thread): code ported from Java often expects such a `lock()` to be reentrant. A
-    /// hint only: a future polled beside the holder may well mean to wait.
+    /// Warns once per wait (and at most once per lock every 10 s) when the lock is held by an
+    /// acquisition of the waiter's own task (else thread): code ported from Java often expects
+    /// such a `lock()` to be reentrant. A hint only: a future polled beside the holder, or a
+    /// dispatcher whose guards went to workers, may well mean to wait.
     fn hint_if_own_hold(&self) {
-        if self.inner().watchdog.held_in(self.name(), self.owner.asker()) {
+        if self
+            .inner()
+            .watchdog
+            .held_in(self.name(), self.owner.asker())
+            && self.handle.locks.hint_due(self.ops().name())
+        {
             tracing::warn!(
                 lock = %self.name(),
                 "this acquisition waits for a hold taken in the same task or thread; every \

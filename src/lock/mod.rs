@@ -19,7 +19,7 @@ mod release;
 mod replies;
 mod rlock;
 mod rwlock;
-mod scope;
+pub(crate) mod scope;
 mod scoped;
 pub(crate) mod wait;
 

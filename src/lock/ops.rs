@@ -77,7 +77,8 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     fn label(&self) -> &'static str {
         self.kind()
     }
-    /// The kinds that share owners: within one family, one task is one owner of a name (a plain
+    /// The kinds that share owners: within one family, an acquisition nested in a hold's scope
+    /// works for that hold's owner (a plain
     /// and a fenced lock are one `lock` family; the read and write sides are one `rw`). Kinds of
     /// different families on one name are different owners, so they contend instead of mixing
     /// their hold counts.

@@ -34,7 +34,7 @@ impl Holder {
             // renewal confirmed): answered at once, with no wait on a server that may be what
             // took it. Should the server still count the hold (renewals that ran but whose
             // replies never came), it is removed in the background as a leftover, and the
-            // owner retired before its next acquire. The lease's other guards find it gone.
+            // owner tainted. The lease's other guards find it gone.
             holds.count = 0;
             holds.lease = None;
             if self.ops().hands_over() {

@@ -23,12 +23,15 @@ use crate::names;
 /// correctly. [`Client::get_fair_lock`](crate::Client::get_fair_lock) and the two sides of a
 /// [`RReadWriteLock`](crate::RReadWriteLock) are `RLock`s too, with the same methods.
 ///
-/// A hold belongs to the task that asked (outside any task, the thread), whatever handle it
-/// asked through, as a Redisson hold belongs to a thread: tasks sharing a handle (a clone, an
-/// `Arc`, `&self`) are separate contenders and exclude each other, and the same task locking
-/// again, through this handle or any other of the name, is reentrant (each guard gives back one
-/// hold). Two lock futures of one task polled at once (`tokio::join!`) are one owner: spawn a
-/// task per contender to make them contend.
+/// A hold belongs to its acquisition: every `lock`, `try_lock*` and `lock_with_lease` is an
+/// owner of its own, so two acquisitions exclude each other whatever task, thread, handle or
+/// future they come from (futures of one task in `join!`, `select!` or `buffer_unordered`, and
+/// guards handed to workers, included), as with `tokio::sync::Mutex`. Reentrancy is nesting,
+/// made explicit: an acquisition of the same lock (through any handle of the client and name)
+/// made inside [`with_lock`](Self::with_lock)'s work or a guard's
+/// [`scope`](crate::LockGuard::scope), or taken with [`LockGuard::reenter`](crate::LockGuard::reenter), is one more
+/// hold of that acquisition (same fencing token, no wait; each guard gives back one hold). A
+/// second `lock()` outside any scope waits, even in the task that holds the lock.
 ///
 /// ```no_run
 /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
@@ -38,12 +41,15 @@ use crate::names;
 /// let mut workers = Vec::new();
 /// for _ in 0..4 {
 ///     let lock = shared.clone();
-///     // Four tasks, four owners: one at a time inside.
+///     // Four acquisitions: one at a time inside.
 ///     workers.push(tokio::spawn(async move {
-///         let guard = lock.lock().await?;
-///         let again = lock.lock().await?; // this task's own hold: reentrant
-///         again.unlock().await?;
-///         guard.unlock().await
+///         lock.with_lock(|token| async move {
+///             // nested in the hold's work: one more hold, same token, no wait
+///             let again = lock.lock().await?;
+///             assert_eq!(again.fencing_token(), token);
+///             again.unlock().await
+///         })
+///         .await?
 ///     }));
 /// }
 /// for worker in workers {
@@ -87,7 +93,7 @@ impl RLock {
         Self::from_handle(Handle::single(core, locks, ops))
     }
 
-    /// A handle on the lock `ops` works on, whose holds belong to the asking task.
+    /// A handle on the lock `ops` works on, whose acquires nest in their holds' scopes.
     pub(crate) fn of(core: Arc<Core>, locks: Arc<ClientLocks>, ops: Box<dyn LockOps>) -> Self {
         Self::from_handle(Handle::new(core, locks, ops))
     }
@@ -304,9 +310,12 @@ impl RLock {
         Ok(self.inspect().await?.locked)
     }
 
-    /// Whether the calling task (outside any task, the thread) holds the lock, through any
-    /// handle (for the read side of a read-write lock: holds read holds; for the write side:
-    /// holds the write lock). Redisson's `isHeldByCurrentThread`.
+    /// Whether the hold whose scope the caller runs in (inside [`with_lock`](Self::with_lock)'s
+    /// work or a guard's [`scope`](crate::LockGuard::scope), of this lock through any handle)
+    /// still holds the lock, as Redis says; `false` outside any scope of it, whoever holds it
+    /// (for the read side of a read-write lock: read holds; for the write side: the write
+    /// lock). Redisson's `isHeldByCurrentThread`; with the guard at hand,
+    /// [`LockGuard::is_lost`](crate::LockGuard::is_lost) answers without a round trip.
     ///
     /// # Errors
     ///
@@ -320,15 +329,19 @@ impl RLock {
     ///
     /// ```no_run
     /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
-    /// assert!(!lock.is_held().await?);
+    /// assert!(!lock.is_held().await?); // outside any scope
+    /// let inside = lock.with_lock(|_| async { lock.is_held().await }).await??;
+    /// assert!(inside);
     /// # Ok(()) }
     /// ```
     pub async fn is_held(&self) -> Result<bool> {
         Ok(self.inspect().await?.holds > 0)
     }
 
-    /// How many holds the calling task (outside any task, the thread) has on the lock, as Redis
-    /// counts them. Redisson's `getHoldCount`.
+    /// How many holds the hold whose scope the caller runs in has on the lock (it and those
+    /// nested in it), as Redis counts them; 0 outside any scope of this lock. Redisson's
+    /// `getHoldCount`; [`LockGuard::hold_count`](crate::LockGuard::hold_count) answers for a
+    /// guard's own acquisition.
     ///
     /// # Errors
     ///
@@ -342,10 +355,12 @@ impl RLock {
     ///
     /// ```no_run
     /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
-    /// let outer = lock.lock().await?;
-    /// let inner = lock.lock().await?;
-    /// assert_eq!(lock.hold_count().await?, 2);
-    /// # drop((outer, inner));
+    /// lock.with_lock(|_| async {
+    ///     let inner = lock.lock().await?; // nested: reentrant
+    ///     assert_eq!(lock.hold_count().await?, 2);
+    ///     inner.unlock().await
+    /// })
+    /// .await??;
     /// # Ok(()) }
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {

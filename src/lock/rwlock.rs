@@ -20,10 +20,14 @@ const WAKE_ALL: &str = "1";
 
 /// A read-write lock, Redisson's `RReadWriteLock`: many readers or one writer.
 ///
-/// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) are [`RLock`]s whose
-/// holds belong to the asking task, one owner for both sides: the write holder may also take read holds (write→read reentry), and releasing the
-/// write hold while still reading downgrades the lock to a read lock. A reader asking for the
-/// write side gets [`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once instead of waiting for itself.
+/// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) are [`RLock`]s: each read
+/// or write acquisition is an owner of its own and follows the matrix (a reader beside a writer
+/// in one task waits for it). Nested in a hold's scope (`with_lock`'s work, a guard's
+/// [`scope`](crate::LockGuard::scope)) both sides are one owner: a read nested in the writer's
+/// scope is the writer's own and granted at once (write→read reentry), and releasing the write
+/// hold while still reading downgrades the lock to a read lock. A write nested in a reader's
+/// scope gets [`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once instead
+/// of waiting for itself.
 ///
 /// In Redis it is a hash named like the lock with `mode` = `read`|`write`, `<owner>` → read
 /// holds and `<owner>:write` → write holds; each read hold has its own key
@@ -102,14 +106,14 @@ impl RReadWriteLock {
         self.policy
     }
 
-    /// The read side: shared among readers, excluded by a writer (except the writer itself).
-    /// Its holds belong to the asking task, which is one owner for both sides.
+    /// The read side: shared among readers, excluded by a writer (except a read nested in the
+    /// writer's scope, which is the writer's own).
     pub fn read_lock(&self) -> RLock {
         self.read.clone()
     }
 
-    /// The write side: excludes every other reader and writer, the asking task's own read
-    /// holds included (it cannot upgrade).
+    /// The write side: excludes every other reader and writer; nested in a reader's scope it is
+    /// refused at once (a reader cannot upgrade).
     pub fn write_lock(&self) -> RLock {
         self.write.clone()
     }

@@ -61,13 +61,24 @@ impl Scope {
     }
 
     /// The current scope with `owner`'s hold of `key` innermost.
+    #[cfg(test)]
     pub(crate) fn entered(key: ScopeKey<'_>, name: &Arc<str>, owner: &Arc<Owner>) -> Scope {
+        Self::within(Scope::current(), key, name, owner)
+    }
+
+    /// `outer` with `owner`'s hold of `key` innermost.
+    pub(crate) fn within(
+        outer: Option<Scope>,
+        key: ScopeKey<'_>,
+        name: &Arc<str>,
+        owner: &Arc<Owner>,
+    ) -> Scope {
         Scope(Arc::new(Link {
             client: key.client,
             name: name.clone(),
             family: key.family,
             owner: owner.clone(),
-            outer: Scope::current(),
+            outer,
         }))
     }
 

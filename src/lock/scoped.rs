@@ -12,6 +12,12 @@ impl RLock {
     /// stops at its next `.await`) and the answer is [`Error::LockLost`]: nothing it would
     /// still do could be trusted to be alone.
     ///
+    /// `work` runs inside the hold's scope: an acquisition of this lock that `work` makes
+    /// (through any handle of the client and name; a read inside a write hold's work) is one
+    /// more hold of this one, with its token and no wait. Futures polled beside `work` in the
+    /// same task (`join!`, `select!`) and tasks it spawns are outside the scope: they wait like
+    /// any other acquisition.
+    ///
     /// It reads better than the guard by hand where the work is one block: the release cannot
     /// be forgotten, a lost lease stops the work without a `select!`, and an error of the
     /// release (the lease ran out at the end, Redis gone) is the answer instead of a dropped

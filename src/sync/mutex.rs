@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::lock::{ClientLocks, LockGuard, RLock};
 
 /// A non-reentrant distributed mutex, Apache Curator's `InterProcessSemaphoreMutex`: while it is
-/// held, a second `lock()` waits like anyone else's, even through the same handle and in the
-/// same task, and `try_lock()` returns `None`.
+/// held, a second `lock()` waits like anyone else's, even inside the hold's `with_lock` work or
+/// [`scope`](crate::LockGuard::scope), and `try_lock()` returns `None`.
 ///
 /// Every acquire is its own owner, so the guard is all there is to a hold: it carries a fencing
 /// token, reports a lost lease, is renewed by the watchdog while it lives (or has a fixed

@@ -72,7 +72,7 @@ impl Permits {
     /// After the lease was fixed: the watchdog only re-checks the permits from now on.
     fn check_from_now(&self) {
         let renewal = Renewal {
-                asker: None,
+            asker: None,
             target: self.target.clone(),
             lease: self.lease.clone(),
             labels: self

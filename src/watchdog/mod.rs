@@ -242,9 +242,11 @@ impl Watchdog {
     /// Whether a live hold of lock `key` was acquired by `asker` (every live lock guard's hold
     /// is registered, renewed or checked). A scan: for the rare path of a wait's first refusal.
     pub(crate) fn held_in(&self, key: &str, asker: crate::owner::Asker) -> bool {
-        self.shared.registry().entries.values().any(|e| {
-            e.renewal.asker == Some(asker) && e.renewal.target.key() == key
-        })
+        self.shared
+            .registry()
+            .entries
+            .values()
+            .any(|e| e.renewal.asker == Some(asker) && e.renewal.target.key() == key)
     }
 
     /// Stops renewing; a renewal in flight for it is ignored when it returns.
