@@ -88,6 +88,14 @@ impl RedisServer {
         })
     }
 
+    /// Starts a server that keeps its data across [`restart_keeping_data`](Self::restart_keeping_data):
+    /// AOF on, each write fsynced before it is answered (`--appendonly yes --appendfsync
+    /// always`; these come after the `--appendonly no` every server starts with, and
+    /// redis-server takes the last value given).
+    pub fn start_persistent() -> Self {
+        Self::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+    }
+
     /// Starts a server that also listens with TLS on a second port, with a certificate for
     /// 127.0.0.1 signed by a CA made for this server ([`ca_pem`](Self::ca_pem)). The plain
     /// port stays open for readiness checks and raw access.
@@ -250,7 +258,9 @@ impl RedisServer {
         }
     }
 
-    /// Kills the server and starts a new, empty one on the same port.
+    /// Kills the server and starts a new one on the same port, in the same directory and with
+    /// the same settings: empty, unless the server persists (see
+    /// [`restart_keeping_data`](Self::restart_keeping_data)).
     pub fn restart(&mut self) {
         self.kill();
         assert!(
@@ -258,6 +268,28 @@ impl RedisServer {
             "redis-server did not come back on port {}",
             self.port
         );
+    }
+
+    /// Kills the server (SIGKILL) and starts it again as [`restart`](Self::restart) does, for
+    /// a server that persists ([`start_persistent`](Self::start_persistent), or `--appendonly
+    /// yes` given to [`start_with`](Self::start_with)): it loads its AOF before it answers PING,
+    /// so it comes back with every write it had answered (with `appendfsync always`). Panics
+    /// for a server without AOF, which would come back empty.
+    pub fn restart_keeping_data(&mut self) {
+        assert!(
+            self.persists(),
+            "restart_keeping_data needs a server with --appendonly yes (start_persistent)"
+        );
+        self.restart();
+    }
+
+    /// Whether the server's settings turn AOF on (the last `--appendonly` given wins).
+    fn persists(&self) -> bool {
+        self.extra
+            .windows(2)
+            .rev()
+            .find(|pair| pair[0] == "--appendonly")
+            .is_some_and(|pair| pair[1] == "yes")
     }
 
     /// A raw connection for checks and for playing a foreign (e.g. Java) client.
