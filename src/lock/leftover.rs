@@ -119,8 +119,20 @@ impl Holder {
 
     async fn remove_leftovers(self) {
         let mut pause = RETRY;
+        let mut changes = self.inner().executor.connection_changes();
+        changes.borrow_and_update();
         loop {
-            tokio::time::sleep(pause).await;
+            // The next try comes after the pause, or at once when the client reconnects: a
+            // server back from an outage frees the lock without waiting out a long pause.
+            let reconnected = async {
+                if changes.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = reconnected => {}
+            }
             let mut holds = self.holds().lock().await;
             let mut failure = None;
             // The owner, holding nothing the client knows of: its leftover goes. It stays
