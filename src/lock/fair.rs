@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::FairQueue;
-use crate::lock::holder::LockOps;
+use crate::lock::ops::LockOps;
 use crate::lock::ops::{ReleaseRequest, Want, flag};
 use crate::lock::owner::Owner;
 use crate::lock::plain::UNLOCK_MESSAGE;

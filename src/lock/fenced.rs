@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::core::Core;
 use crate::error::Result;
 use crate::lock::guard::LockGuard;
-use crate::lock::owner::ClientLocks;
+use crate::lock::handle::ClientLocks;
 use crate::lock::plain::PlainOps;
 use crate::lock::rlock::RLock;
 use crate::names;

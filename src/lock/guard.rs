@@ -2,15 +2,12 @@
 
 use std::sync::Arc;
 
-use std::future::Future;
-use std::time::Duration;
-
 use crate::error::Result;
 use crate::lease::Lease;
 use tokio::sync::OwnedMutexGuard;
 
-use crate::lock::holder::{Holder, Holds, LeaseMode};
-use crate::lock::scope::Scope;
+use crate::lock::holder::Holder;
+use crate::lock::holds::Holds;
 
 /// One hold of a lock. Returned by every acquire; `'static` and `Send`, so it can move into a
 /// task or a thread.
@@ -48,10 +45,10 @@ use crate::lock::scope::Scope;
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct LockGuard {
-    holder: Holder,
-    lease: Arc<Lease>,
+    pub(super) holder: Holder,
+    pub(super) lease: Arc<Lease>,
     /// The grant asked for watchdog renewal.
-    renewed: bool,
+    pub(super) renewed: bool,
     armed: bool,
 }
 
@@ -117,154 +114,6 @@ impl LockGuard {
             .await;
         release.done = true;
         result
-    }
-
-    /// One more hold of this guard's acquisition: Redisson's reentrant `lock()`, made explicit.
-    /// Granted at once, with this hold's fencing token, and the lock stays held until every hold
-    /// is given back, in any order. The new guard's lease is kept as this one's is (renewed by
-    /// the watchdog, or the same fixed lease, which the grant starts anew).
-    ///
-    /// For code that passes guards rather than closures: the nested call of the same lock
-    /// takes its hold from the guard it is given instead of calling `lock()`, which would wait
-    /// for this hold like any other acquisition.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`](crate::Error::LockLost) when this hold is gone (at once when the
-    /// guard already knows it), [`Error::Redis`](crate::Error::Redis) when Redis fails;
-    /// [`Error::Closed`](crate::Error::Closed) after the client was closed;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an
-    /// [`RMutex`](crate::RMutex)'s guard, which is never reentrant.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a hold granted after the future was dropped is given back in the
-    /// background.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
-    /// async fn audit(guard: &ferrisson::LockGuard) -> ferrisson::Result<()> {
-    ///     let nested = guard.reenter().await?; // one more hold, same token
-    ///     assert_eq!(nested.fencing_token(), guard.fencing_token());
-    ///     nested.unlock().await
-    /// }
-    /// let guard = client.get_lock("ledger").lock().await?;
-    /// audit(&guard).await?;
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn reenter(&self) -> Result<LockGuard> {
-        let lost = || crate::Error::LockLost {
-            name: self.name().to_owned(),
-        };
-        if self.is_lost() {
-            return Err(lost());
-        }
-        if !self.holder.handle.reentrant() {
-            return Err(crate::Error::InvalidArgument(format!(
-                "`{}` is an RMutex, which is never reentrant",
-                self.name()
-            )));
-        }
-        let mode = match self.renewed {
-            true => LeaseMode::Watchdog,
-            false => LeaseMode::Fixed(self.lease.lease_ms()),
-        };
-        let owner = Some(self.holder.owner.clone());
-        let handle = &self.holder.handle;
-        match handle
-            .acquire_for(owner, mode, Some(Duration::ZERO))
-            .await?
-        {
-            Some(guard) if Arc::ptr_eq(&guard.lease, &self.lease) => Ok(guard),
-            // The hold was gone and the lock free: the grant is a new hold, not this one's.
-            Some(other) => {
-                other.unlock().await.ok();
-                Err(lost())
-            }
-            None => Err(lost()),
-        }
-    }
-
-    /// Runs `work` inside this hold's scope: an acquisition of the same lock (same client and
-    /// name, through any handle; a read inside a write hold's scope) made by `work`, and by
-    /// nothing polled beside it, is one more hold of this one, as inside
-    /// [`RLock::with_lock`](crate::RLock::with_lock). Tasks spawned by `work` are outside the
-    /// scope (task-locals do not cross `spawn`). The guard may be moved or given back while
-    /// `work` runs: what `work` then acquires waits, or finds the hold gone.
-    ///
-    /// # Cancel safety
-    ///
-    /// As cancel safe as `work`.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
-    /// let lock = client.get_lock("ledger");
-    /// let guard = lock.lock().await?;
-    /// guard
-    ///     .scope(async {
-    ///         // nested: one more hold of `guard`'s acquisition, granted at once
-    ///         let again = lock.lock().await?;
-    ///         again.unlock().await
-    ///     })
-    ///     .await?;
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
-        self.enter().run(work)
-    }
-
-    /// This hold's scope, inside the caller's current one.
-    pub(crate) fn enter(&self) -> Scope {
-        self.enter_within(Scope::current())
-    }
-
-    /// This hold's scope, inside `outer`.
-    pub(crate) fn enter_within(&self, outer: Option<Scope>) -> Scope {
-        let handle = &self.holder.handle;
-        Scope::within(
-            outer,
-            handle.scope_key(),
-            handle.ops.name(),
-            &self.holder.owner,
-        )
-    }
-
-    /// How many holds this guard's acquisition has on the lock (this one and those nested in
-    /// it), as Redis counts them: 0 once the hold is gone. For the read side of a read-write
-    /// lock, its read holds; for the write side, its write holds.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Redis`](crate::Error::Redis).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (read only).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
-    /// let guard = lock.lock().await?;
-    /// let nested = guard.reenter().await?;
-    /// assert_eq!(guard.hold_count().await?, 2);
-    /// nested.unlock().await?;
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self
-            .holder
-            .handle
-            .inspect_for(Some(&self.holder.owner))
-            .await?
-            .holds)
     }
 
     /// The fencing token of this hold: strictly greater than that of every earlier grant of the

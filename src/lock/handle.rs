@@ -4,14 +4,48 @@
 //! [holder](crate::lock::holder) of that owner.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::core::Core;
 use crate::error::Result;
-use crate::lock::holder::{Holder, LockOps};
-use crate::lock::owner::{ClientLocks, Owner};
+use crate::lock::handover::LocalWaiters;
+use crate::lock::ops::LockOps;
+use crate::lock::owner::Owner;
 use crate::lock::replies::{Inspection, inspect_field, run_force_unlock};
 use crate::lock::scope::{ScopeKey, owner_in_scope};
+
+/// What the lock engine keeps per client, besides the client's shared machinery: how many
+/// owners live, and its local waiters.
+#[derive(Debug, Default)]
+pub(crate) struct ClientLocks {
+    /// Owners of reentrant kinds alive now (made by an acquire, kept by guards and repairs).
+    pub(crate) live: Arc<AtomicUsize>,
+    /// This client's waiters per lock, for releases that hand the lock over.
+    pub(crate) local_waiters: Arc<LocalWaiters>,
+    /// When each lock last got the hint that a wait is for a hold of the waiter's own task.
+    hinted: Mutex<Vec<(Arc<str>, Instant)>>,
+}
+
+/// How often one lock gets the own-task hint at most: a dispatcher that hands its guards to
+/// workers waits for its own task's holds as meant, and once is enough to tell it.
+const HINT_EVERY: Duration = Duration::from_secs(10);
+
+impl ClientLocks {
+    /// Whether lock `name` is due the own-task hint (at most once per [`HINT_EVERY`]); the
+    /// rare path of a wait's first refusal for a hold of its own task.
+    pub(crate) fn hint_due(&self, name: &Arc<str>) -> bool {
+        let now = Instant::now();
+        let mut hinted = self.hinted.lock().unwrap_or_else(|e| e.into_inner());
+        hinted.retain(|(_, at)| now.duration_since(*at) < HINT_EVERY);
+        if hinted.iter().any(|(n, _)| n == name) {
+            return false;
+        }
+        hinted.push((name.clone(), now));
+        true
+    }
+}
 
 pub(crate) struct Handle {
     pub(crate) core: Arc<Core>,
@@ -88,14 +122,6 @@ impl Handle {
             return None;
         }
         owner_in_scope(self.scope_key())
-    }
-
-    /// A holder of `owner`'s holds through this handle's kind.
-    pub(crate) fn holder(self: &Arc<Self>, owner: Arc<Owner>) -> Holder {
-        Holder {
-            handle: self.clone(),
-            owner,
-        }
     }
 
     /// The lock's state, and the holds on this side of it of the scope the caller runs in.

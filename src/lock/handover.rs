@@ -30,7 +30,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
 use crate::lease::Lease;
-use crate::lock::holder::Holds;
+use crate::lock::holds::Holds;
 use crate::lock::owner::Owner;
 use crate::map::Map;
 

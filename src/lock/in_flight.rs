@@ -5,7 +5,8 @@ use std::sync::atomic::AtomicBool;
 
 use tokio::sync::OwnedMutexGuard;
 
-use crate::lock::holder::{Holder, Holds};
+use crate::lock::holder::Holder;
+use crate::lock::holds::Holds;
 
 /// A wait that may have put the owner in a lock's queue; dropped while armed (the caller gave
 /// up mid-wait), it takes the owner out in the background.

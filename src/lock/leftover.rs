@@ -14,7 +14,7 @@
 //!
 //! Whatever the client's view, a new guard never carries an old token: the acquire scripts
 //! replace a leftover of an owner that holds nothing live with a fresh grant (see
-//! [`LockOps::acquire`](crate::lock::holder::LockOps::acquire)).
+//! [`LockOps::acquire`](crate::lock::ops::LockOps::acquire)).
 
 use std::sync::Arc;
 
@@ -23,7 +23,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lock::handle::Handle;
-use crate::lock::holder::{Holder, Holds};
+use crate::lock::holder::Holder;
+use crate::lock::holds::Holds;
 use crate::lock::owner::Owner;
 
 /// The first pause before a background retry; it doubles up to [`RETRY_MAX`].
@@ -32,32 +33,6 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// The longest the background task keeps trying (a leftover's own lease may be longer: it then
 /// runs out by itself).
 const TRY_FOR: Duration = Duration::from_secs(120);
-
-/// What a holder knows of its owner's leftovers.
-#[derive(Debug, Default)]
-pub(crate) struct Leftovers {
-    /// A command of the owner whose outcome is unknown may still reach Redis (the owner's
-    /// [`may_be_tainted`](crate::lock::owner::Owner::may_be_tainted) says so without this lock).
-    tainted: bool,
-    /// The owner's leftover (while it holds nothing) was removed since it was tainted.
-    removed: bool,
-    /// A background task is at work; it stops trying at `until`.
-    working: bool,
-    until: Option<Instant>,
-}
-
-impl Leftovers {
-    /// Marks the owner tainted: no acquire works for it again once it holds nothing. Callers
-    /// also mark the owner itself ([`Owner::taint`](crate::lock::owner::Owner::taint)).
-    pub(crate) fn taint(&mut self) {
-        self.tainted = true;
-        self.removed = false;
-    }
-
-    fn pending(&self, count: u32) -> bool {
-        self.tainted && count == 0 && !self.removed
-    }
-}
 
 impl Handle {
     /// The owner an acquire of the caller works for (see [`Handle::acquiring`]); a tainted one

@@ -1,14 +1,23 @@
-//! The lock family. Every kind plugs its scripts ([`ops`]) into one engine: an acquire is a new
-//! [`owner`] (or, nested in a hold's [`scope`], that hold's owner), whose [`holder`] keeps the
-//! hold count, runs the scripts and the waiting loop, repairs after cancellation, registers
-//! with the watchdog and makes the guard.
+//! The lock family. Every kind (`plain`, `fair`, `rwlock`, the handles `rlock` and `fenced`)
+//! plugs its scripts ([`ops`]) into one engine, whose rooms import in one direction, in the
+//! order a `lock()` walks through them:
+//!
+//! - [`handle`]: what a handle and its clones share, and whose an acquisition is: a new
+//!   [`owner`] (its [`holds`]), or the owner of the hold whose [`scope`] the caller runs in;
+//! - [`holder`]: one owner's holds worked through one kind: the watchdog registration, repairs;
+//! - [`acquire`]: attempts and waiting ([`wait`], [`handover`] inside one client), with
+//!   [`in_flight`] repairing what a dropped or unanswered attempt may have left;
+//! - [`guard`]: the hold as the caller has it, and its release ([`release`], [`leftover`]);
+//! - [`scoped`]: nesting (`with_lock`, `reenter`, `scope`), and [`observed`]: the spans.
 
+mod acquire;
 mod fair;
 mod fenced;
 mod guard;
 mod handle;
 pub(crate) mod handover;
 pub(crate) mod holder;
+mod holds;
 mod in_flight;
 mod leftover;
 mod observed;
@@ -29,7 +38,7 @@ pub(crate) use fair::FairOps;
 pub use fair::RFairLock;
 pub use fenced::RFencedLock;
 pub use guard::LockGuard;
-pub(crate) use owner::ClientLocks;
+pub(crate) use handle::ClientLocks;
 pub use rlock::RLock;
 pub use rwlock::{RReadWriteLock, RwPolicy};
 

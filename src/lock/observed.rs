@@ -1,5 +1,6 @@
-//! The lock engine's acquire and release as operators see them: each runs in its span and ends
-//! in an outcome (see [`observe`](crate::observe)).
+//! The lock engine's acquire as operators see it: it runs in its span and ends in an outcome
+//! (see [`observe`](crate::observe)); the release's span is opened in
+//! [`release`](crate::lock::release).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,12 +8,11 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::error::Result;
-use crate::lease::Lease;
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::Handle;
-use crate::lock::holder::{Holder, Holds, LeaseMode};
+use crate::lock::holder::{Holder, LeaseMode};
 use crate::lock::owner::Owner;
-use crate::observe::{Acquire, Labels, Release};
+use crate::observe::Acquire;
 
 impl Handle {
     /// Acquires for the caller's owner (a new one, or that of the hold whose scope the caller
@@ -39,36 +39,13 @@ impl Handle {
                 Some(owner) => owner,
                 None => self.acquiring_untainted().await,
             };
-            let holder = self.holder(owner);
+            let holder = Holder {
+                handle: self.clone(),
+                owner,
+            };
             holder.acquire_observed(mode, wait, &observed).await
         };
         let result = acquire.instrument(observed.span()).await;
         observed.finish(result)
-    }
-}
-
-impl Holder {
-    /// Gives back one hold of `lease`, in a `ferrisson.release` span.
-    pub(crate) async fn release(
-        &self,
-        holds: &mut Holds,
-        lease: &Arc<Lease>,
-        request_id: &str,
-        resend: bool,
-    ) -> Result<()> {
-        let observed = Release::start(
-            &self.inner().observe,
-            self.ops().label(),
-            self.name(),
-            lease.token(),
-        );
-        let release = self.release_observed(holds, lease, request_id, resend);
-        let result = release.instrument(observed.span()).await;
-        observed.finish(result)
-    }
-
-    /// The labels of this lock's metrics.
-    pub(crate) fn labels(&self) -> Labels {
-        self.inner().observe.labels(self.ops().label(), self.name())
     }
 }

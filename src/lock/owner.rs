@@ -10,46 +10,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::lock::handover::LocalWaiters;
-use crate::lock::holder::Holds;
+use crate::lock::holds::Holds;
 use crate::names;
 use crate::owner::{Asker, Owners};
-
-/// What the lock engine keeps per client, besides the client's shared machinery: how many
-/// owners live, and its local waiters.
-#[derive(Debug, Default)]
-pub(crate) struct ClientLocks {
-    /// Owners of reentrant kinds alive now (made by an acquire, kept by guards and repairs).
-    pub(crate) live: Arc<AtomicUsize>,
-    /// This client's waiters per lock, for releases that hand the lock over.
-    pub(crate) local_waiters: Arc<LocalWaiters>,
-    /// When each lock last got the hint that a wait is for a hold of the waiter's own task.
-    hinted: Mutex<Vec<(Arc<str>, Instant)>>,
-}
-
-/// How often one lock gets the own-task hint at most: a dispatcher that hands its guards to
-/// workers waits for its own task's holds as meant, and once is enough to tell it.
-const HINT_EVERY: Duration = Duration::from_secs(10);
-
-impl ClientLocks {
-    /// Whether lock `name` is due the own-task hint (at most once per [`HINT_EVERY`]); the
-    /// rare path of a wait's first refusal for a hold of its own task.
-    pub(crate) fn hint_due(&self, name: &Arc<str>) -> bool {
-        let now = Instant::now();
-        let mut hinted = self.hinted.lock().unwrap_or_else(|e| e.into_inner());
-        hinted.retain(|(_, at)| now.duration_since(*at) < HINT_EVERY);
-        if hinted.iter().any(|(n, _)| n == name) {
-            return false;
-        }
-        hinted.push((name.clone(), now));
-        true
-    }
-}
 
 /// Which hold count of an owner an operation moves: a read-write lock's write side keeps its
 /// own (the read side, and every other kind, use the first).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Starvation;
-use crate::lock::holder::LockOps;
+use crate::lock::ops::LockOps;
 use crate::lock::ops::{Handoff, ReleaseRequest, Want, flag};
 use crate::lock::owner::Owner;
 use crate::script::{

@@ -5,17 +5,39 @@ use std::sync::Arc;
 
 use redis::Value;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::handover::Offer;
-use crate::lock::holder::{Holder, Holds};
+use crate::lock::holder::Holder;
+use crate::lock::holds::Holds;
 use crate::lock::leftover::take_back_later;
 use crate::lock::ops::{Handoff, ReleaseRequest};
 use crate::lock::owner::Owner;
 use crate::lock::replies::{HandedOver, Released, parse_handover, parse_release};
+use crate::observe::Release;
 
 impl Holder {
+    /// Gives back one hold of `lease`, in a `ferrisson.release` span.
+    pub(crate) async fn release(
+        &self,
+        holds: &mut Holds,
+        lease: &Arc<Lease>,
+        request_id: &str,
+        resend: bool,
+    ) -> Result<()> {
+        let observed = Release::start(
+            &self.inner().observe,
+            self.ops().label(),
+            self.name(),
+            lease.token(),
+        );
+        let release = self.release_observed(holds, lease, request_id, resend);
+        let result = release.instrument(observed.span()).await;
+        observed.finish(result)
+    }
+
     /// Gives back one hold of `lease`; `holds` is the owner's hold count on this side, locked
     /// by the caller.
     pub(crate) async fn release_observed(

@@ -7,10 +7,11 @@ use std::time::Duration;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
+use crate::lock::handle::ClientLocks;
 use crate::lock::handle::Handle;
-use crate::lock::holder::{LeaseMode, LockOps};
+use crate::lock::holder::LeaseMode;
 use crate::lock::lease_ms;
-use crate::lock::owner::ClientLocks;
+use crate::lock::ops::LockOps;
 use crate::lock::plain::PlainOps;
 use crate::names;
 

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Core;
-use crate::lock::holder::LockOps;
+use crate::lock::handle::ClientLocks;
+use crate::lock::ops::LockOps;
 use crate::lock::ops::{ReleaseRequest, Want, flag};
-use crate::lock::owner::{ClientLocks, Owner, Side};
+use crate::lock::owner::{Owner, Side};
 use crate::lock::rlock::RLock;
 use crate::script::{
     LOCK_FORCE_UNLOCK, RWLOCK_READ_ACQUIRE, RWLOCK_READ_RELEASE, RWLOCK_REPAIR,

@@ -1,0 +1,388 @@
+//! The acquisition: one attempt after another until the lock is granted, the wait runs out or
+//! the caller gives up (the step after `lock()` in the walk `lock()` → acquisition → script →
+//! hub → watchdog → guard). An attempt runs the kind's acquire script for the holder's owner;
+//! an answer "busy" waits ([`wait`](crate::lock::wait)) for the hub's wake-up, a handover or
+//! the holder's TTL; a grant is registered with the watchdog and becomes the guard. An attempt
+//! whose outcome is unknown, or that the caller dropped, repairs the server to the count the
+//! client knows ([`in_flight`](crate::lock::in_flight)).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::lock::guard::LockGuard;
+use crate::lock::handover::HandedHold;
+use crate::lock::holder::{Holder, LeaseMode};
+use crate::lock::holds::Holds;
+use crate::lock::in_flight::{InFlight, Queued};
+use crate::lock::ops::Want;
+use crate::lock::owner::Side;
+use crate::lock::replies::{Acquired, run_acquire};
+use crate::lock::wait::{self, Attempt};
+
+/// How long past its wait budget a fair waiter that gave up may take to leave the queue before
+/// the call returns (the leave goes on in the background then).
+const LEAVE_GRACE: Duration = Duration::from_millis(20);
+
+/// When and how an acquire was sent.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Instant,
+    lease_ms: u64,
+    /// The hub's stamp of the lock's channel then (kinds that hand over only).
+    stamp: Option<u64>,
+}
+
+impl Holder {
+    /// Acquires, waiting at most `wait` (`None`: for ever); `observed` counts the attempts.
+    pub(crate) async fn acquire_observed(
+        &self,
+        mode: LeaseMode,
+        wait: Option<Duration>,
+        observed: &crate::observe::Acquire,
+    ) -> Result<Option<LockGuard>> {
+        let channel = self.channel();
+        let waiting = wait != Some(Duration::ZERO);
+        let deadline = wait
+            .filter(|_| waiting)
+            .and_then(|w| Instant::now().checked_add(w));
+        // A queued waiter that stops waiting leaves the queue, even when dropped mid-wait; so
+        // does one that joined the lock's starving waiters (armed when it does).
+        let queues = waiting && self.ops().queues();
+        let queued = Queued {
+            holder: self,
+            armed: AtomicBool::new(queues),
+        };
+        // Plain locks (the kinds that hand over) give other libraries' waiters the first go.
+        let courtesy = waiting && self.ops().hands_over();
+        let starving = waiting
+            .then(|| self.ops().starves())
+            .flatten()
+            .map(|after| (after, self.owner.id().clone()));
+        let max_nap = self.ops().max_nap();
+        let lease_ms = self.lease_ms(mode);
+        // Waiters of kinds that hand over line up locally, so a release of this client can
+        // give them the lock directly.
+        let register = || {
+            (waiting && self.ops().hands_over()).then(|| {
+                self.local_waiters().register(
+                    self.ops().name(),
+                    &self.owner,
+                    self.holds(),
+                    lease_ms,
+                )
+            })
+        };
+        // The releasing owner made the lease (and told the client who holds the lock), for the
+        // owner name this waiter lined up under.
+        let handed = |hold: HandedHold| {
+            let (holds, lease) = hold.accept();
+            self.guard_on(holds, lease, mode)
+        };
+        let armed = &queued.armed;
+        let hinted = &AtomicBool::new(false);
+        let result = wait::acquire(
+            self.inner(),
+            &channel,
+            wait,
+            wait::Rules {
+                max_nap,
+                starving,
+                courtesy,
+            },
+            |ask_server, starving| async move {
+                observed.attempt_started();
+                let want = Want {
+                    waiting,
+                    stale: false,
+                    starving,
+                };
+                if starving {
+                    // Armed before it is sent: an attempt dropped or failed after Redis ran it
+                    // may have put the owner in the starving set.
+                    armed.store(true, Ordering::Relaxed);
+                }
+                let answer = self.attempt(mode, want, ask_server).await;
+                observed.attempt_answered(&answer);
+                if waiting
+                    && matches!(answer, Ok(Attempt::Busy { .. }))
+                    && !hinted.swap(true, Ordering::Relaxed)
+                {
+                    self.hint_if_own_hold();
+                }
+                answer
+            },
+            register,
+            handed,
+        )
+        .await;
+        let joined = queued.armed.swap(false, Ordering::Relaxed);
+        let granted = matches!(result, Ok(Some(_)));
+        if joined && !queues && !granted {
+            // A starving waiter leaves in the background (see `leave_queue`); a grant took
+            // its entry out already.
+            let holder = self.clone();
+            self.inner()
+                .spawn(async move { holder.leave_queue().await });
+        } else if joined && !granted {
+            match deadline {
+                // Within the budget (and a moment: a leave takes one round trip); past it, the
+                // leave goes on in the background (`queued` spawns it when dropped armed).
+                Some(d) => {
+                    queued.armed.store(true, Ordering::Relaxed);
+                    let until = d.max(Instant::now()) + LEAVE_GRACE;
+                    if tokio::time::timeout_at(until, self.leave_queue())
+                        .await
+                        .is_ok()
+                    {
+                        queued.armed.store(false, Ordering::Relaxed);
+                    }
+                }
+                None => self.leave_queue().await,
+            }
+        }
+        result
+    }
+
+    /// Warns once per wait (and at most once per lock every 10 s) when the lock is held by an
+    /// acquisition of the waiter's own task (else thread): code ported from Java often expects
+    /// such a `lock()` to be reentrant. A hint only: a future polled beside the holder, or a
+    /// dispatcher whose guards went to workers, may well mean to wait.
+    fn hint_if_own_hold(&self) {
+        if self
+            .inner()
+            .watchdog
+            .held_in(self.name(), self.owner.asker())
+            && self.handle.locks.hint_due(self.ops().name())
+        {
+            tracing::warn!(
+                lock = %self.name(),
+                "this acquisition waits for a hold taken in the same task or thread; every \
+                 acquisition is an owner of its own, so a lock() nested in a hold's work outside \
+                 its scope waits for it. To nest, run the work inside `with_lock` or \
+                 `guard.scope(..)`, or take one more hold with `guard.reenter()`; a future \
+                 polled beside the holder (join!, select!, buffer_unordered) waits as meant"
+            );
+        }
+    }
+
+    pub(super) async fn leave_queue(&self) {
+        let Some(call) = self.ops().leave(&self.owner) else {
+            return;
+        };
+        // A starving waiter's leave also gives back a hold handed to it meanwhile, which it
+        // tells from a hold of its own by holding nothing: no other operation of the owner may
+        // run until the leave is answered, and one whose outcome is unknown taints the owner
+        // (a late leave must never meet a later grant of the name). It runs in the background
+        // (see `acquire_observed`), so nothing cancels it half way.
+        let mut holds = match self.ops().queues() {
+            true => None,
+            false => Some(self.holds().clone().lock_owned().await),
+        };
+        if holds.as_ref().is_some_and(|h| h.count() != 0) {
+            return;
+        }
+        if let Err(e) = self.inner().executor.run::<i64>(&call, self.name()).await {
+            tracing::warn!(lock = %self.name(), error = %e, "could not leave the queue; the place expires with the queue timeout");
+            if let Some(holds) = holds.as_mut()
+                && e.outcome_unknown()
+            {
+                let lease_ms = self.inner().config.starvation.handoff.as_millis() as u64;
+                self.taint(holds, lease_ms);
+            }
+        }
+        drop(holds);
+    }
+
+    /// One acquire attempt. For a caller that waits, and unless `ask_server`, a lock another
+    /// owner of this client holds is answered "busy" locally: the caller lines up and the holder
+    /// hands the lock over or publishes. A caller that does not wait always asks Redis, which
+    /// also knows of a lock freed behind the holder's back (forced open by another client,
+    /// deleted).
+    async fn attempt(
+        &self,
+        mode: LeaseMode,
+        mut want: Want,
+        ask_server: bool,
+    ) -> Result<Attempt<LockGuard>> {
+        let waiting = want.waiting;
+        let lease_ms = self.lease_ms(mode);
+        // Taken before the acquire is sent: a grant recorded with it is trusted by this
+        // client's other owners only while nothing was published on the channel since.
+        let mut stamp = None;
+        if self.ops().hands_over() {
+            stamp = self.inner().hub.stamp(&self.channel());
+            if waiting
+                && !ask_server
+                && let Some(left) =
+                    self.local_waiters()
+                        .held_by_other(self.name(), self.owner.id(), stamp)
+            {
+                // Another owner of this client holds it: it hands the lock over or publishes.
+                return Ok(Attempt::Busy { ttl: Some(left) });
+            }
+        }
+        if self.ops().family() == "rw" {
+            // A release of the owner's other side still under way (a dropped read guard's,
+            // say) goes first: a write acquire must not find read holds being given back.
+            let other = match self.ops().side() {
+                Side::Main => Side::Write,
+                Side::Write => Side::Main,
+            };
+            drop(self.owner.holds(other).lock().await);
+        }
+        let holds = self.holds().clone().lock_owned().await;
+        let owner = &self.owner;
+        // Without a live hold of its own the owner must get a fresh grant: whatever the server
+        // still counts for it is a leftover the client lost track of.
+        want.stale = !holds.live();
+        // From here on the script may run: if this future is dropped, the repair runs instead.
+        // Declared before the acquire's future, which is dropped first: a call of it given up
+        // on inside a list is registered as unsettled before this guard spawns the repair, which
+        // then waits for that list's reply (src/script/commit.rs).
+        let mut in_flight = InFlight {
+            holder: self.clone(),
+            holds: Some(holds),
+            lease_ms,
+        };
+        let mut asked_again = false;
+        loop {
+            let sent_at = Instant::now();
+            let call = self.ops().acquire(owner, lease_ms, want);
+            match run_acquire(self.inner(), &call, self.name()).await {
+                Ok(Acquired::Granted { fresh: false, .. })
+                    if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
+                {
+                    if want.stale {
+                        in_flight.repair().await;
+                        in_flight.disarm();
+                        return Err(Error::unexpected(
+                            "a reentrant grant answered an acquire that asked for a fresh one",
+                        ));
+                    }
+                    // The lease ran out here while the grant was on its way: its token belongs
+                    // to guards already told they lost the lock. Ask again for a fresh grant.
+                    want.stale = true;
+                }
+                Ok(Acquired::Granted { token, fresh }) => {
+                    let holds = in_flight.disarm();
+                    let sent = Sent {
+                        at: sent_at,
+                        lease_ms,
+                        stamp,
+                    };
+                    return Ok(Attempt::Granted(
+                        self.grant(holds, token, fresh, sent, mode),
+                    ));
+                }
+                Ok(Acquired::Busy { ttl }) => {
+                    let mut holds = in_flight.disarm();
+                    if holds.count > 0 {
+                        // Somebody else holds what we thought we held: our hold is gone.
+                        if let Some(old) = holds.lease.take() {
+                            old.mark_lost();
+                            self.local_waiters().releasing(self.name(), &old);
+                        }
+                        holds.count = 0;
+                    }
+                    return Ok(Attempt::Busy { ttl });
+                }
+                Ok(Acquired::NotSynced { acked, wanted }) => {
+                    // Undo the grant: back to the holds the client knows of.
+                    in_flight.repair().await;
+                    in_flight.disarm();
+                    tracing::warn!(lock = %self.name(), acked, wanted, "a grant reached too few replicas; undone");
+                    return Err(Error::ReplicasNotSynced { acked, wanted });
+                }
+                Err(e) if e.outcome_unknown() => {
+                    let repaired = in_flight.repair().await;
+                    if repaired && e.connection_dropped() && !asked_again {
+                        // The connection went away under the acquire, and the repair, sent on a
+                        // new one, put the server back to what the client knows: the outcome is
+                        // settled, so the acquire is asked once more instead of failing the
+                        // caller for a reconnect (a restarted Redis, a cut connection).
+                        asked_again = true;
+                        continue;
+                    }
+                    in_flight.disarm();
+                    return Err(e);
+                }
+                Err(e) => {
+                    in_flight.disarm();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The guard of a grant to the holder's owner.
+    fn grant(
+        &self,
+        mut holds: OwnedMutexGuard<Holds>,
+        token: u64,
+        fresh: bool,
+        sent: Sent,
+        mode: LeaseMode,
+    ) -> LockGuard {
+        let Sent {
+            at: sent_at,
+            lease_ms,
+            stamp,
+        } = sent;
+        let reentered = match &holds.lease {
+            Some(lease) if holds.count > 0 && !fresh && !lease.is_lost() => Some(lease.clone()),
+            _ => None,
+        };
+        let lease = match reentered {
+            Some(lease) => {
+                lease.extended(sent_at, lease_ms);
+                lease
+            }
+            None => {
+                // A fresh grant while we thought we held it: the old hold had expired, and the
+                // guards on it must not release the new one.
+                if let Some(old) = holds.lease.take() {
+                    old.mark_lost();
+                }
+                holds.count = 0;
+                let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
+                if self.ops().hands_over() {
+                    self.local_waiters()
+                        .granted(self.ops().name(), self.owner.id(), &lease, stamp);
+                }
+                lease
+            }
+        };
+        self.guard_on(holds, lease, mode)
+    }
+
+    /// The guard of one more hold on `lease` of the holder's owner, registered with the
+    /// watchdog when renewed.
+    fn guard_on(
+        &self,
+        mut holds: OwnedMutexGuard<Holds>,
+        lease: Arc<Lease>,
+        mode: LeaseMode,
+    ) -> LockGuard {
+        holds.count += 1;
+        holds.lease = Some(lease.clone());
+        drop(holds);
+
+        let renewed = matches!(mode, LeaseMode::Watchdog);
+        let labels = self.labels();
+        let mut guards = lease.guards();
+        guards.live += 1;
+        crate::observe::lock_hold_began(&labels, guards.live);
+        if renewed {
+            guards.renewed += 1;
+        }
+        self.keep_watch(&lease, &mut guards, labels);
+        drop(guards);
+        LockGuard::new(self.clone(), lease, renewed)
+    }
+}
