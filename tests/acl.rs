@@ -143,12 +143,16 @@ async fn every_object_kind_runs_under_the_documented_rule() {
     let mut admin = server.raw().await;
 
     for name in ["app:orders", "app:{user:1}:cart"] {
-        // RLock: uncontended, reentrant, inspected, forced open.
+        // RLock: uncontended, nested (in the hold's scope and by reenter), inspected, forced
+        // open.
         let lock = a.get_lock(name);
         let first = lock.lock().await.unwrap();
-        let again = lock.lock().await.unwrap();
-        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        let again = first.scope(lock.lock()).await.unwrap();
+        let third = first.reenter().await.unwrap();
+        assert_eq!(first.hold_count().await.unwrap(), 3);
+        assert_eq!(first.scope(lock.hold_count()).await.unwrap(), 3);
         assert!(lock.remaining_ttl().await.unwrap().is_some());
+        third.unlock().await.unwrap();
         again.unlock().await.unwrap();
         first.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap());
@@ -399,13 +403,21 @@ async fn every_object_kind_runs_under_the_documented_rule() {
                 .unwrap()
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
-        // Another task: this one reads already, and re-enters past a waiting writer.
+        // A new reader of another task, or of this one outside the read's scope, is held back;
+        // a read nested in the read's scope re-enters past the waiting writer.
         let late =
             support::Elsewhere::new(a.get_read_write_lock_with(&rw_name, prefer).read_lock());
         assert!(
             late.try_lock().await.unwrap().is_none(),
             "a waiting writer holds readers back"
         );
+        assert!(reader.try_lock().await.unwrap().is_none());
+        let nested = read
+            .scope(reader.try_lock())
+            .await
+            .unwrap()
+            .expect("a nested read re-enters past the waiting writer");
+        nested.unlock().await.unwrap();
         read.unlock().await.unwrap();
         let write = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await

@@ -1,5 +1,5 @@
-//! `ferrisson::blocking` from plain threads: threads are owners, contenders exclude each other
-//! (checked by fencing tokens), leases are renewed while the holding thread sleeps, dropped
+//! `ferrisson::blocking` from plain threads: every acquisition is an owner, contenders exclude each
+//! other (checked by fencing tokens), a thread locks again only nested in its hold's scope, leases are renewed while the holding thread sleeps, dropped
 //! guards and killed processes free their locks, and calls made inside a Tokio runtime fail
 //! with `Error::InsideRuntime` instead of blocking it.
 
@@ -46,7 +46,7 @@ fn contend(lock: &ferrisson::blocking::RLock, checker: &Checker, rounds: usize) 
 }
 
 #[test]
-fn threads_of_one_client_exclude_each_other_and_lock_again_reentrantly() {
+fn threads_of_one_client_exclude_each_other_and_lock_again_only_nested() {
     let server = RedisServer::start();
     let client = client(&server);
     let lock = client.get_lock("one-client");
@@ -56,15 +56,30 @@ fn threads_of_one_client_exclude_each_other_and_lock_again_reentrantly() {
             let (lock, checker) = (lock.clone(), checker.clone());
             std::thread::spawn(move || {
                 contend(&lock, &checker, 8);
-                // The thread's own hold is reentrant, with the first hold's token.
+                // Inside `with_lock`'s closure the thread locks again: nested, with the first
+                // hold's token.
+                let (token, inner_token, count, held) = lock
+                    .with_lock(|token| {
+                        let inner = lock.lock().unwrap();
+                        let count = lock.hold_count().unwrap();
+                        let held = lock.is_held().unwrap();
+                        let inner_token = inner.fencing_token();
+                        inner.unlock().unwrap();
+                        (token, inner_token, count, held)
+                    })
+                    .unwrap();
+                assert_eq!((inner_token, count, held), (token, 2, true));
+                // With a guard by hand: another lock() on the thread is another acquisition;
+                // inside the guard's scope it is nested.
                 let outer = lock.lock().unwrap();
-                let inner = lock.lock().unwrap();
+                assert!(lock.try_lock().unwrap().is_none());
+                let inner = outer.scope(|| lock.lock()).unwrap();
                 assert_eq!(outer.fencing_token(), inner.fencing_token());
-                assert_eq!(lock.hold_count().unwrap(), 2);
-                assert!(lock.is_held().unwrap());
+                assert_eq!(outer.hold_count().unwrap(), 2);
+                assert!(outer.scope(|| lock.is_held()).unwrap());
+                assert!(!lock.is_held().unwrap(), "outside any scope");
                 inner.unlock().unwrap();
                 outer.unlock().unwrap();
-                assert!(!lock.is_held().unwrap());
             })
         })
         .collect();
@@ -217,17 +232,18 @@ fn an_async_guard_dropped_on_a_plain_thread_is_released() {
 }
 
 #[test]
-fn holds_belong_to_the_thread_whatever_the_handle() {
+fn a_hold_belongs_to_its_acquisition_whatever_the_thread_or_handle() {
     let server = RedisServer::start();
     let client = client(&server);
     let lock = client.get_lock("threads");
     let guard = lock.lock().unwrap();
-    // Another handle of the name on this thread: reentrant.
-    let again = client
-        .get_lock("threads")
-        .try_lock()
+    // Another handle of the name on this thread, outside the hold's scope: another acquisition.
+    assert!(client.get_lock("threads").try_lock().unwrap().is_none());
+    // Inside the hold's scope: nested.
+    let again = guard
+        .scope(|| client.get_lock("threads").try_lock())
         .unwrap()
-        .expect("reentrant");
+        .expect("nested");
     assert_eq!(again.fencing_token(), guard.fencing_token());
     // The same handle on another thread: a contender, which does not hold it.
     let shared = lock.clone();
@@ -239,12 +255,13 @@ fn holds_belong_to_the_thread_whatever_the_handle() {
         )
     });
     assert_eq!(elsewhere.join().unwrap(), (false, false, 0));
-    // A guard unlocked on another thread gives back its first thread's hold.
+    // A nested guard unlocked on another thread gives back one hold of its acquisition.
     std::thread::spawn(move || again.unlock())
         .join()
         .unwrap()
         .unwrap();
-    assert_eq!(lock.hold_count().unwrap(), 1);
+    assert_eq!(guard.hold_count().unwrap(), 1);
+    assert_eq!(lock.hold_count().unwrap(), 0, "outside any scope");
     guard.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }

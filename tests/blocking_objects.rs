@@ -230,15 +230,22 @@ fn a_read_write_lock_shares_reads_and_excludes_writes() {
         other.write_lock().try_lock().unwrap().is_some()
     });
     assert!(!writes, "a writer got in beside a reader");
-    // This thread's reader cannot upgrade.
+    // A write nested in this thread's read cannot upgrade it; outside the read's scope, this
+    // thread's write is another acquisition and waits.
     assert!(matches!(
-        rw.write_lock().try_lock(),
+        read.scope(|| rw.write_lock().try_lock()),
         Err(Error::UpgradeNotSupported { .. })
     ));
+    assert!(rw.write_lock().try_lock().unwrap().is_none());
     read.unlock().unwrap();
-    // A writer excludes other threads' readers, and may read itself.
+    // A writer excludes other threads' readers and this thread's outside its scope, and may
+    // read itself inside it.
     let write = rw.write_lock().lock().unwrap();
-    let own_read = rw.read_lock().try_lock().unwrap().expect("write -> read");
+    let own_read = write
+        .scope(|| rw.read_lock().try_lock())
+        .unwrap()
+        .expect("write -> read, nested");
+    assert!(rw.read_lock().try_lock().unwrap().is_none());
     let other = rw.clone();
     assert!(elsewhere(move || other
         .read_lock()

@@ -66,11 +66,13 @@ async fn every_kind_works_on_a_cluster_with_its_keys_in_one_slot() {
     let b = cluster_client(&cluster, Duration::from_secs(30)).await;
     let names = ["orders:1", "orders:2", "users:7", "{tenant:9}:jobs"];
     for name in names {
-        // RLock, reentrant, with a waiter of another client woken by the sharded message.
+        // RLock, nested, with a waiter of another client woken by the sharded message.
         let lock = a.get_lock(name);
         let first = lock.lock().await.unwrap();
-        let again = lock.lock().await.unwrap();
+        let again = first.scope(lock.lock()).await.unwrap();
         assert!(first.fencing_token() > 0);
+        assert_eq!(again.fencing_token(), first.fencing_token());
+        assert_eq!(first.hold_count().await.unwrap(), 2);
         again.unlock().await.unwrap();
         let other = b.get_lock(name);
         let got = woken(

@@ -172,14 +172,14 @@ async fn a_paused_server_is_a_timeout_and_the_late_grant_is_repaired() {
         .await
     );
 
-    // One hold: a timed-out reentrant acquire must not leave a second one.
+    // One hold: a timed-out nested acquire must not leave a second one.
     let guard = lock.lock().await.unwrap();
     server.pause();
-    assert!(lock.lock().await.is_err());
+    assert!(guard.scope(lock.lock()).await.is_err());
     server.resume();
     assert!(
         eventually(Duration::from_secs(3), || async {
-            lock.hold_count().await.unwrap() == 1
+            guard.hold_count().await.unwrap() == 1
         })
         .await
     );
@@ -193,7 +193,7 @@ async fn a_resent_release_is_answered_from_its_latch() {
     let client = client(&server).await;
     let lock = client.get_lock("latched");
     let outer = lock.lock().await.unwrap();
-    let inner = lock.lock().await.unwrap();
+    let inner = outer.reenter().await.unwrap();
     let mut raw = server.raw().await;
     let owner: String = raw
         .hkeys::<_, Vec<String>>("latched")
@@ -221,7 +221,7 @@ async fn a_resent_release_is_answered_from_its_latch() {
     let resent: i64 = send("req-1", "1").invoke_async(&mut raw).await.unwrap();
     assert_eq!((first, resent), (0, 0));
     assert_eq!(
-        lock.hold_count().await.unwrap(),
+        outer.hold_count().await.unwrap(),
         1,
         "the resend released a second hold"
     );
@@ -310,24 +310,25 @@ async fn a_server_out_of_memory_is_a_redis_error_and_changes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repaired_reentrant_acquire_gives_the_ttl_back() {
+async fn a_repaired_nested_acquire_gives_the_ttl_back() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let rival_client = support::client(&server).await;
     let lock = client.get_lock("shrunk");
     let outer = lock.lock().await.unwrap();
-    // A reentrant acquire with a tiny lease runs after the server thaws, but its reply is
-    // lost to the timeout: the repair must give the outer hold its lease back.
+    // A nested acquire with a tiny lease runs after the server thaws, but its reply is lost
+    // to the timeout: the repair must give the outer hold its lease back.
     server.pause();
     assert!(
-        lock.lock_with_lease(Duration::from_millis(50))
+        outer
+            .scope(lock.lock_with_lease(Duration::from_millis(50)))
             .await
             .is_err()
     );
     server.resume();
     assert!(
         eventually(Duration::from_secs(3), || async {
-            lock.hold_count().await.unwrap() == 1
+            outer.hold_count().await.unwrap() == 1
         })
         .await
     );
@@ -357,7 +358,10 @@ async fn finding_the_lock_taken_by_another_marks_our_hold_lost() {
     let _: () = raw.del("stolen").await.unwrap();
     let _: () = raw.hset("stolen", "someone-else:1", 1).await.unwrap();
     let _: () = raw.pexpire("stolen", 30_000).await.unwrap();
+    // A new acquisition finding it taken says nothing of our hold; a nested one (the same
+    // owner) does.
     assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(guard.scope(lock.try_lock()).await.unwrap().is_none());
     assert!(guard.is_lost(), "the busy reply shows our hold is gone");
     assert!(matches!(
         guard.unlock().await,
@@ -382,7 +386,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
     // reconnect below would make the watchdog re-check renewed holds).
     let lease = Duration::from_secs(30);
     let outer = lock.lock_with_lease(lease).await.unwrap();
-    let inner = lock.lock_with_lease(lease).await.unwrap();
+    let inner = outer.scope(lock.lock_with_lease(lease)).await.unwrap();
     let rival_client = support::client(&server).await;
     let rival = rival_client.get_lock("resent");
 
@@ -404,7 +408,7 @@ async fn a_release_whose_reply_was_lost_is_resent_without_releasing_twice() {
         "the release was sent, then resent"
     );
     assert_eq!(
-        lock.hold_count().await.unwrap(),
+        outer.hold_count().await.unwrap(),
         1,
         "the resent partial release took a second hold"
     );
@@ -470,7 +474,7 @@ async fn an_acquire_on_a_cut_connection_is_asked_again_on_a_new_one() {
                 .map(|g| g.expect("free")),
         }
         .unwrap_or_else(|e| panic!("round {round}: the first acquire after the cut failed: {e}"));
-        assert_eq!(lock.hold_count().await.unwrap(), 1, "granted once");
+        assert_eq!(guard.hold_count().await.unwrap(), 1, "granted once");
         guard.unlock().await.unwrap();
     }
 }

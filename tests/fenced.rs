@@ -48,10 +48,10 @@ async fn tokens_strictly_increase_across_clients_and_survive_force_unlock() {
     let ttl: i64 = raw.pttl("redisson_lock_token:{fenced}").await.unwrap();
     assert_eq!(ttl, -1, "the counter never expires");
 
-    // Reentrant holds share their first token; a fenced lock and a plain lock of one name share
+    // Nested holds share their first token; a fenced lock and a plain lock of one name share
     // the counter.
     let (t1, g1) = fa.lock_and_get_token().await.unwrap();
-    let (t2, g2) = fa.lock_and_get_token().await.unwrap();
+    let (t2, g2) = g1.scope(fa.lock_and_get_token()).await.unwrap();
     assert_eq!(t1, t2);
     g2.unlock().await.unwrap();
     g1.unlock().await.unwrap();

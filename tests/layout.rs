@@ -15,7 +15,11 @@ async fn a_held_lock_is_a_hash_of_owner_to_count_with_the_lease_as_ttl() {
     let client = client(&server).await;
     let lock = client.get_lock("layout");
     let guard = lock.lock_with_lease(Duration::from_secs(25)).await.unwrap();
-    let again = lock.lock_with_lease(Duration::from_secs(25)).await.unwrap();
+    // A hold nested in the first: one owner field, counted twice.
+    let again = guard
+        .scope(lock.lock_with_lease(Duration::from_secs(25)))
+        .await
+        .unwrap();
 
     let mut raw = server.raw().await;
     let kind: String = redis::cmd("TYPE")

@@ -13,11 +13,9 @@ async fn all_or_nothing() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let names = ["m:a", "m:b", "m:c"];
-    // Another task's hold (this task's own would be reentrant for the MultiLock's part).
-    let blocker = support::Elsewhere::new(client.get_lock("m:c"))
-        .lock()
-        .await
-        .unwrap();
+    // A hold of this task outside any scope: another acquisition, which the MultiLock's part
+    // waits for like anyone's.
+    let blocker = client.get_lock("m:c").lock().await.unwrap();
     let multi = MultiLock::new(names.map(|n| client.get_lock(n)));
     assert!(multi.try_lock().await.unwrap().is_none());
     let started = std::time::Instant::now();

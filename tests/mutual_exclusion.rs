@@ -90,9 +90,9 @@ async fn handovers_among_one_clients_owners_never_overlap_even_when_cancelled() 
                 done += 1;
                 if (h + round).is_multiple_of(11) {
                     // A release given up mid-flight: it finishes in the background. The task's
-                    // next acquire runs after it (the guard locked the owner's hold count when
-                    // it gave its hold back), so it is a new hold with a new token, never one
-                    // more hold of the hold being given back.
+                    // next acquire is a new acquisition, which waits for that release like
+                    // anyone's, so it is a new hold with a new token, never one more hold of
+                    // the hold being given back.
                     let _ = tokio::time::timeout(Duration::from_micros(50), guard.unlock()).await;
                 } else {
                     guard.unlock().await.unwrap();

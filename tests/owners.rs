@@ -1,7 +1,9 @@
-//! One owner per task: a hold belongs to the client and the task that asked (the thread outside
-//! any task), whatever handle it asked through. Tasks sharing a handle exclude each other, for
-//! every lock kind and every way Rust code shares a value; one task locking a name again, through
-//! any handle, is reentrant; a guard carries its hold to any task or thread.
+//! One owner per acquisition: every acquisition is an owner of its own, whatever task, thread,
+//! future or handle makes it. Tasks sharing a handle exclude each other, for every lock kind and
+//! every way Rust code shares a value; two acquisitions of one task or thread exclude each other
+//! too; only an acquisition nested in a hold's scope (`LockGuard::scope`, `with_lock`'s work) or
+//! taken with `LockGuard::reenter` is one more hold of it, through any handle of the name; a guard
+//! carries its hold to any task or thread.
 
 mod support;
 
@@ -179,29 +181,44 @@ async fn a_reader_and_a_writer_sharing_one_handle_exclude_each_other() {
         writer.await.unwrap(),
         "a writer task waits for a reader task"
     );
-    // This task may still take more read holds, and cannot upgrade.
-    let again = rw
-        .read_lock()
-        .try_lock()
+    // This task's own write beside its read, outside the read's scope: another acquisition,
+    // which waits for the reader like the other task's.
+    assert!(
+        rw.write_lock().try_lock().await.unwrap().is_none(),
+        "a writer waits for a reader of its own task"
+    );
+    // Inside the read's scope, through the same handle: one more read hold, and no upgrade.
+    let again = read
+        .scope(rw.read_lock().try_lock())
         .await
         .unwrap()
-        .expect("reentrant read");
-    assert_eq!(rw.read_lock().hold_count().await.unwrap(), 2);
+        .expect("a read nested in a read");
+    assert_eq!(read.hold_count().await.unwrap(), 2);
+    assert_eq!(read.scope(rw.read_lock().hold_count()).await.unwrap(), 2);
+    assert_eq!(
+        rw.read_lock().hold_count().await.unwrap(),
+        0,
+        "outside any scope"
+    );
     assert!(matches!(
-        rw.write_lock().try_lock().await,
+        read.scope(rw.write_lock().try_lock()).await,
         Err(Error::UpgradeNotSupported { .. })
     ));
     again.unlock().await.unwrap();
     read.unlock().await.unwrap();
 
-    // A task writes (and may read, as the same owner); another task's read waits.
+    // A task writes (and may read inside the write's scope, as the same owner); a read of this
+    // task outside that scope waits, and so does another task's.
     let write = rw.write_lock().lock().await.unwrap();
-    let own_read = rw
-        .read_lock()
-        .try_lock()
+    let own_read = write
+        .scope(rw.read_lock().try_lock())
         .await
         .unwrap()
-        .expect("write → read");
+        .expect("a read nested in the write");
+    assert!(
+        rw.read_lock().try_lock().await.unwrap().is_none(),
+        "a reader beside the writer in its task waits"
+    );
     let reader = {
         let rw = rw.clone();
         tokio::spawn(async move { rw.read_lock().try_lock().await.unwrap().is_none() })
@@ -216,26 +233,50 @@ async fn a_reader_and_a_writer_sharing_one_handle_exclude_each_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_task_is_one_owner_through_any_handle_of_a_name() {
+async fn two_acquisitions_of_one_task_exclude_and_nested_ones_share_through_any_handle() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let first = client.get_lock("one-task");
     let second = client.get_lock("one-task");
 
     let outer = first.lock().await.unwrap();
-    let inner = second
-        .try_lock()
+    // The same task, outside the hold's scope: another acquisition, through either handle.
+    assert!(second.try_lock().await.unwrap().is_none());
+    assert!(
+        first
+            .try_lock_for(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none(),
+        "a second acquire of the holding task waits like anyone's"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            client.live_owners() == 1
+        })
+        .await,
+        "the refused acquisitions left {} owners",
+        client.live_owners()
+    );
+    // Inside the hold's scope, through another handle: nested, one more hold of it.
+    let inner = outer
+        .scope(second.try_lock())
         .await
         .unwrap()
-        .expect("the same task through another handle: reentrant");
+        .expect("nested through another handle of the name");
     assert_eq!(
         inner.fencing_token(),
         outer.fencing_token(),
         "one hold, one token"
     );
-    assert_eq!(first.hold_count().await.unwrap(), 2);
-    assert_eq!(second.hold_count().await.unwrap(), 2);
-    assert!(second.is_held().await.unwrap());
+    assert_eq!(outer.hold_count().await.unwrap(), 2);
+    assert_eq!(inner.hold_count().await.unwrap(), 2);
+    assert_eq!(outer.scope(second.hold_count()).await.unwrap(), 2);
+    assert!(outer.scope(second.is_held()).await.unwrap());
+    // Outside any scope the task holds nothing, though it keeps both guards.
+    assert_eq!(first.hold_count().await.unwrap(), 0);
+    assert!(!second.is_held().await.unwrap());
+    assert_eq!(client.live_owners(), 1, "nested holds share their owner");
 
     // Another task sees the lock taken and holds nothing of it.
     let (held, count, locked, got) = {
@@ -256,28 +297,53 @@ async fn one_task_is_one_owner_through_any_handle_of_a_name() {
     // Each guard gives back one hold, whichever handle made it; one handle's release never
     // takes the other's hold away.
     outer.unlock().await.unwrap();
-    assert_eq!(second.hold_count().await.unwrap(), 1);
+    assert_eq!(inner.hold_count().await.unwrap(), 1);
     assert!(!inner.is_lost());
+    assert!(second.try_lock().await.unwrap().is_none(), "still held");
     inner.unlock().await.unwrap();
     assert!(!first.is_locked().await.unwrap());
     assert_eq!(client.live_owners(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_lock_futures_of_one_task_are_one_owner() {
+async fn two_lock_futures_of_one_task_exclude_each_other_unless_nested() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let lock = client.get_lock("joined");
-    let (a, b) = tokio::time::timeout(Duration::from_secs(5), async {
-        tokio::join!(lock.lock(), lock.lock())
+    let checker = Checker::default();
+    let take = || async {
+        let guard = lock.lock().await.unwrap();
+        let start = checker.enter();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        checker.exit(guard.fencing_token(), start);
+        let token = guard.fencing_token();
+        guard.unlock().await.unwrap();
+        token
+    };
+    let (a, b) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(take(), take())
     })
     .await
-    .expect("one owner never waits for itself");
-    let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(a.fencing_token(), b.fencing_token());
-    assert_eq!(lock.hold_count().await.unwrap(), 2);
-    a.unlock().await.unwrap();
-    b.unlock().await.unwrap();
+    .expect("each future gets its turn");
+    assert_ne!(a, b, "two acquisitions, two grants");
+    assert_eq!(checker.verify().len(), 2);
+
+    // Joined inside a hold's scope, both are nested: one more hold each, no wait.
+    let outer = lock.lock().await.unwrap();
+    let (x, y) = tokio::time::timeout(
+        Duration::from_secs(5),
+        outer.scope(async { tokio::join!(lock.lock(), lock.lock()) }),
+    )
+    .await
+    .expect("a nested acquire never waits for its own hold");
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.fencing_token(), outer.fencing_token());
+    assert_eq!(y.fencing_token(), outer.fencing_token());
+    assert_eq!(outer.hold_count().await.unwrap(), 3);
+    x.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    y.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }
 
@@ -305,8 +371,9 @@ async fn a_guard_moves_across_tasks_and_threads_and_renews_there() {
     assert!(lock.is_locked().await.unwrap());
     assert!(
         !lock.is_held().await.unwrap(),
-        "held by the task that took it, not by this one"
+        "outside the hold's scope nobody is told it holds it"
     );
+    assert!(guard.scope(lock.is_held()).await.unwrap());
     tokio::spawn(async move { guard.unlock().await.unwrap() })
         .await
         .unwrap();
@@ -361,24 +428,17 @@ async fn a_task_that_ends_while_holding_frees_the_lock() {
     );
 }
 
-/// A hold given back is gone before the same task's next acquire runs, however it was given
+/// A hold given back is gone before the next acquire of its owner runs, however it was given
 /// back: an unlock awaited, an unlock cancelled at its first poll (it finishes in the
-/// background), a dropped guard. The next acquire is a new hold with a new token, never one
-/// more hold of the old one.
+/// background), a dropped guard. A new acquisition is a new hold with a new token; a nested one
+/// made right after a nested hold was given back is one more hold of the outer hold alone, never
+/// of the hold being given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_given_back_is_never_reentered_by_the_next_acquire() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let lock = client.get_lock("given-back");
-    let mut last = 0;
-    for round in 0..300 {
-        let guard = lock.lock().await.unwrap();
-        assert_eq!(lock.hold_count().await.unwrap(), 1, "round {round}");
-        assert!(
-            guard.fencing_token() > last,
-            "round {round}: a token repeated"
-        );
-        last = guard.fencing_token();
+    let give_back = |guard: LockGuard, round: usize| async move {
         match round % 3 {
             0 => guard.unlock().await.unwrap(),
             1 => {
@@ -386,7 +446,40 @@ async fn a_hold_given_back_is_never_reentered_by_the_next_acquire() {
             }
             _ => drop(guard),
         }
+    };
+    let mut last = 0;
+    for round in 0..150 {
+        let guard = lock.lock().await.unwrap();
+        assert_eq!(guard.hold_count().await.unwrap(), 1, "round {round}");
+        assert!(
+            guard.fencing_token() > last,
+            "round {round}: a token repeated"
+        );
+        last = guard.fencing_token();
+        give_back(guard, round).await;
     }
+
+    // Nested holds of one outer hold, given back the same ways: the owner's next nested
+    // acquire runs after the release, so it finds the outer hold and nothing more.
+    let outer = lock.lock().await.unwrap();
+    assert!(outer.fencing_token() > last);
+    for round in 0..300 {
+        let nested = match round % 2 {
+            0 => outer.scope(lock.lock()).await.unwrap(),
+            _ => outer.reenter().await.unwrap(),
+        };
+        assert_eq!(nested.fencing_token(), outer.fencing_token());
+        assert_eq!(nested.hold_count().await.unwrap(), 2, "round {round}");
+        give_back(nested, round).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            outer.hold_count().await.unwrap() == 1
+        })
+        .await,
+        "every nested hold was given back"
+    );
+    outer.unlock().await.unwrap();
     assert!(
         eventually(Duration::from_secs(2), || async {
             !lock.is_locked().await.unwrap()
@@ -397,8 +490,9 @@ async fn a_hold_given_back_is_never_reentered_by_the_next_acquire() {
 }
 
 /// A read guard dropped (its release runs in the background) and the write lock taken right
-/// after by the same task: the write acquire goes after that release, never finding read holds
-/// being given back (`UpgradeNotSupported`).
+/// after by the same task: the write, another acquisition, is granted once that release is done,
+/// and is never refused as an upgrade (`UpgradeNotSupported` is only for a write nested in a
+/// read's scope).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_read_guard_never_blocks_the_same_tasks_write_lock() {
     let server = RedisServer::start();
@@ -415,8 +509,8 @@ async fn a_dropped_read_guard_never_blocks_the_same_tasks_write_lock() {
     }
 }
 
-/// Plain threads (and `spawn_blocking`) driving one shared handle with `block_on` are separate
-/// owners too: the thread stands for the task outside any task.
+/// Plain threads (and `spawn_blocking`) driving one shared handle with `block_on` exclude each
+/// other too, and so do two acquisitions of one thread; one nested in a hold's scope shares it.
 #[test]
 fn threads_sharing_a_handle_exclude_each_other() {
     let server = RedisServer::start();
@@ -450,13 +544,20 @@ fn threads_sharing_a_handle_exclude_each_other() {
     }
     assert_eq!(checker.verify().len(), (TASKS + 2) * ROUNDS);
 
-    // One thread locking twice is one owner.
+    // One thread locking twice: two acquisitions, unless the second is nested in the first's
+    // scope.
     let a = rt.block_on(lock.lock()).unwrap();
-    let b = rt.block_on(client.get_lock("threads").lock()).unwrap();
+    let again = rt.block_on(client.get_lock("threads").try_lock()).unwrap();
+    assert!(again.is_none(), "a second acquisition of the thread");
+    let b = rt
+        .block_on(a.scope(client.get_lock("threads").lock()))
+        .unwrap();
     assert_eq!(a.fencing_token(), b.fencing_token());
     rt.block_on(async {
+        assert_eq!(a.hold_count().await.unwrap(), 2);
         a.unlock().await.unwrap();
         b.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
     });
 }
 
@@ -498,7 +599,7 @@ async fn many_short_tasks_leave_no_owner_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mutex_stays_non_reentrant_within_one_task() {
+async fn a_mutex_stays_non_reentrant_even_inside_its_holds_scope() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let mutex = client.get_mutex("mutex-owners");
@@ -512,5 +613,11 @@ async fn a_mutex_stays_non_reentrant_within_one_task() {
             .unwrap()
             .is_none()
     );
+    // Nothing nests in a mutex: not in its guard's scope, not through `reenter`.
+    assert!(guard.scope(mutex.try_lock()).await.unwrap().is_none());
+    assert!(matches!(
+        guard.reenter().await,
+        Err(Error::InvalidArgument(_))
+    ));
     guard.unlock().await.unwrap();
 }

@@ -216,7 +216,7 @@ async fn every_kind_of_hold_can_be_asked() {
     // hold.
     let rw = client(&server).await.get_read_write_lock("rw");
     let writer = rw.write_lock().lock().await.unwrap();
-    let own_read = rw.read_lock().lock().await.unwrap();
+    let own_read = writer.scope(rw.read_lock().lock()).await.unwrap();
     assert_eq!(asker.write_lock().request_revocation().await.unwrap(), 1);
     within(writer.revocation_requested()).await;
     let read_heard =
@@ -309,9 +309,9 @@ async fn heard(requested: impl std::future::Future<Output = ()>, within: Duratio
 }
 
 /// A request is for the holds there are when it is made. A later hold of the same owner name
-/// (the task keeps its owner while it holds the lock's other side, or while a dropped guard's
-/// release is under way) is not reached by it, neither by listening nor through its renewals;
-/// a new request reaches it. Permits are the same: a new permit is not reached by a request
+/// (a read nested in a write hold's scope keeps the writer's owner; a new acquisition may take
+/// the name of an owner whose last hold is gone) is not reached by it, neither by listening nor
+/// through its renewals; a new request reaches it. Permits are the same: a new permit is not reached by a request
 /// for the permit before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_never_reaches_a_later_hold() {
@@ -326,14 +326,14 @@ async fn a_request_never_reaches_a_later_hold() {
     let quiet = Duration::from_millis(700);
     let loud = Duration::from_secs(3);
 
-    // The read side, while the task's write hold keeps its owner (and owner name).
+    // The read side, nested in a write hold's scope, which keeps its owner (and owner name).
     let rw = client.get_read_write_lock("job:rw");
     let write = rw.write_lock().lock().await.unwrap();
-    let first = rw.read_lock().lock().await.unwrap();
+    let first = write.scope(rw.read_lock().lock()).await.unwrap();
     assert_eq!(rw.read_lock().request_revocation().await.unwrap(), 1);
     assert!(heard(first.revocation_requested(), loud).await);
     first.unlock().await.unwrap();
-    let later = rw.read_lock().lock().await.unwrap();
+    let later = write.scope(rw.read_lock().lock()).await.unwrap();
     assert!(
         !heard(later.revocation_requested(), quiet).await,
         "a later read hold heard the request for the one before"
@@ -347,8 +347,8 @@ async fn a_request_never_reaches_a_later_hold() {
     later.unlock().await.unwrap();
     write.unlock().await.unwrap();
 
-    // A plain lock whose guard was dropped: the task locks again as soon as the background
-    // release is done, under the same owner name.
+    // A plain lock whose guard was dropped: the task locks again (a new acquisition) as soon as
+    // the background release is done, maybe under the same owner name.
     let lock = client.get_lock("job:plain");
     let first = lock.lock().await.unwrap();
     assert_eq!(lock.request_revocation().await.unwrap(), 1);

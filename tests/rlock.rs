@@ -1,4 +1,5 @@
-//! RLock semantics: reentrancy, hold counts, contention, inspection, force unlock.
+//! RLock semantics: nesting (reentrancy inside a hold's scope), hold counts, contention,
+//! inspection, force unlock.
 
 mod support;
 
@@ -8,49 +9,70 @@ use redis::AsyncCommands;
 use support::{Elsewhere, RedisServer, client, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reentrant_holds_are_counted_and_released_one_by_one() {
+async fn nested_holds_are_counted_and_released_one_by_one() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let lock = client.get_lock("reentrant");
-    let same_owner = lock.clone();
+    let clone = lock.clone();
 
     let first = lock.lock().await.unwrap();
-    let second = same_owner.lock().await.unwrap();
-    let third = lock
-        .try_lock()
+    // Outside the hold's scope, another acquisition of this task waits like anyone's, through
+    // the same handle or a clone.
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(
+        clone
+            .try_lock_for(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Nested: inside the hold's scope, and taken from the guard.
+    let second = first.scope(clone.lock()).await.unwrap();
+    let third = first
+        .scope(lock.try_lock())
         .await
         .unwrap()
-        .expect("reentrant try_lock succeeds");
-    assert_eq!(lock.hold_count().await.unwrap(), 3);
+        .expect("a nested try_lock succeeds");
+    let fourth = first.reenter().await.unwrap();
+    assert_eq!(first.hold_count().await.unwrap(), 4);
+    assert_eq!(first.scope(lock.hold_count()).await.unwrap(), 4);
     assert_eq!(
         first.fencing_token(),
         second.fencing_token(),
-        "a reentrant hold keeps its token"
+        "a nested hold keeps its token"
     );
     assert_eq!(first.fencing_token(), third.fencing_token());
+    assert_eq!(first.fencing_token(), fourth.fencing_token());
+    fourth.unlock().await.unwrap();
     let first_token = first.fencing_token();
 
-    // Another handle of the name in this task is this task's owner too; another task is
-    // another owner, even through a clone of the same handle.
-    let another_handle = client.get_lock("reentrant").try_lock().await.unwrap();
-    let fourth = another_handle.expect("the same task through another handle: reentrant");
-    assert_eq!(fourth.fencing_token(), first.fencing_token());
-    fourth.unlock().await.unwrap();
+    // Another handle of the name nests in the hold's scope too; another task is another
+    // owner, even through a clone of the same handle.
+    let another_handle = client.get_lock("reentrant");
+    let fifth = first
+        .scope(another_handle.try_lock())
+        .await
+        .unwrap()
+        .expect("another handle of the name, nested");
+    assert_eq!(fifth.fencing_token(), first.fencing_token());
+    fifth.unlock().await.unwrap();
     let other = Elsewhere::new(lock.clone());
     assert!(
         other.try_lock().await.unwrap().is_none(),
         "another task is another owner"
     );
     assert!(!other.is_held().await.unwrap());
-    assert!(lock.is_held().await.unwrap());
+    assert!(first.scope(lock.is_held()).await.unwrap());
+    assert!(!lock.is_held().await.unwrap(), "outside any scope");
+    assert_eq!(lock.hold_count().await.unwrap(), 0, "outside any scope");
 
     third.unlock().await.unwrap();
-    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert_eq!(first.hold_count().await.unwrap(), 2);
     first.unlock().await.unwrap();
-    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert_eq!(second.hold_count().await.unwrap(), 1);
     assert!(lock.is_locked().await.unwrap());
+    assert!(other.try_lock().await.unwrap().is_none(), "one hold left");
     second.unlock().await.unwrap();
-    assert_eq!(lock.hold_count().await.unwrap(), 0);
     assert!(!lock.is_locked().await.unwrap());
 
     let next = other
@@ -185,16 +207,17 @@ async fn dropping_a_guard_releases_in_the_background() {
         .await
     );
 
-    // Outer hold dropped while an inner one lives: one hold goes, the lock stays.
+    // Outer hold dropped while a nested one lives: one hold goes, the lock stays.
     let outer = lock.lock().await.unwrap();
-    let inner = lock.lock().await.unwrap();
+    let inner = outer.scope(lock.lock()).await.unwrap();
     drop(outer);
     assert!(
         eventually(Duration::from_secs(2), || async {
-            lock.hold_count().await.unwrap() == 1
+            inner.hold_count().await.unwrap() == 1
         })
         .await
     );
+    assert!(lock.is_locked().await.unwrap());
     inner.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
 }

@@ -1,5 +1,6 @@
-//! RReadWriteLock: sharing, exclusion, reentry, downgrade, refused upgrade, per-hold leases,
-//! the Redisson layout, dead readers, and a many-client checker.
+//! RReadWriteLock: sharing, exclusion, nesting (a write in a write, a read in a write), downgrade,
+//! the refused upgrade (a write nested in a read), per-hold leases, the Redisson layout, dead
+//! readers, and a many-client checker.
 
 mod support;
 
@@ -17,7 +18,7 @@ async fn readers_share_and_writers_exclude() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let a = client.get_read_write_lock("doc");
-    // Three tasks, each an owner of both sides of its own.
+    // Two more tasks, each with handles of both sides; every acquisition is an owner of its own.
     let b = Elsewhere::rw(&client.get_read_write_lock("doc"));
     let c = Elsewhere::rw(&client.get_read_write_lock("doc"));
 
@@ -26,6 +27,10 @@ async fn readers_share_and_writers_exclude() {
     assert!(
         c.1.try_lock().await.unwrap().is_none(),
         "a writer waits for readers"
+    );
+    assert!(
+        a.write_lock().try_lock().await.unwrap().is_none(),
+        "a writer waits for the readers of its own task too"
     );
     ra.unlock().await.unwrap();
     assert!(
@@ -47,39 +52,59 @@ async fn readers_share_and_writers_exclude() {
         b.1.try_lock().await.unwrap().is_none(),
         "a writer excludes writers"
     );
-    assert!(c.1.is_held().await.unwrap());
-    assert!(!c.0.is_held().await.unwrap());
-    assert!(!a.write_lock().is_held().await.unwrap(), "not this task's");
+    assert!(
+        c.1.try_lock().await.unwrap().is_none(),
+        "a writer excludes another write of the task that took it"
+    );
+    // The queries answer for the hold whose scope the caller runs in, through any handle.
+    assert!(w.scope(a.write_lock().is_held()).await.unwrap());
+    assert!(
+        !w.scope(a.read_lock().is_held()).await.unwrap(),
+        "the writer holds no read"
+    );
+    assert!(!c.1.is_held().await.unwrap(), "outside any scope");
+    assert!(
+        !a.write_lock().is_held().await.unwrap(),
+        "outside any scope"
+    );
     w.unlock().await.unwrap();
     assert!(!a.read_lock().is_locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn write_holds_are_reentrant_and_the_writer_may_read() {
+async fn nested_write_holds_count_and_the_writer_reads_inside_its_scope() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let rw = client.get_read_write_lock("reentry");
     let w1 = rw.write_lock().lock().await.unwrap();
-    let w2 = rw.write_lock().lock().await.unwrap();
+    // Outside the write's scope, this task's next write and read are other acquisitions.
+    assert!(rw.write_lock().try_lock().await.unwrap().is_none());
+    assert!(
+        rw.read_lock().try_lock().await.unwrap().is_none(),
+        "a reader beside the writer in its task waits"
+    );
+    let w2 = w1.scope(rw.write_lock().lock()).await.unwrap();
     assert_eq!(w1.fencing_token(), w2.fencing_token());
-    let r1 = rw.read_lock().lock().await.unwrap();
-    let r2 = rw
-        .read_lock()
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("write->read reentry");
-    assert_eq!(rw.write_lock().hold_count().await.unwrap(), 2);
-    assert_eq!(rw.read_lock().hold_count().await.unwrap(), 2);
-    // Another handle of the name in this task is the same owner; another task is not.
+    let (r1, r2) = w1
+        .scope(async {
+            let r1 = rw.read_lock().lock().await.unwrap();
+            let r2 = rw.read_lock().try_lock().await.unwrap();
+            (r1, r2.expect("write->read, nested"))
+        })
+        .await;
+    assert_eq!(w1.hold_count().await.unwrap(), 2);
+    assert_eq!(w2.hold_count().await.unwrap(), 2);
+    assert_eq!(r1.hold_count().await.unwrap(), 2);
+    assert_eq!(w1.scope(rw.write_lock().hold_count()).await.unwrap(), 2);
+    assert_eq!(w1.scope(rw.read_lock().hold_count()).await.unwrap(), 2);
+    // Another handle of the name nests in the scope too; another task does not.
     let same = client.get_read_write_lock("reentry");
-    let r3 = same
-        .read_lock()
-        .try_lock()
+    let r3 = w1
+        .scope(same.read_lock().try_lock())
         .await
         .unwrap()
-        .expect("this task's");
-    assert_eq!(rw.read_lock().hold_count().await.unwrap(), 3);
+        .expect("any handle of the name");
+    assert_eq!(r1.hold_count().await.unwrap(), 3);
     r3.unlock().await.unwrap();
     let other = Elsewhere::rw(&client.get_read_write_lock("reentry"));
     assert!(other.0.try_lock().await.unwrap().is_none());
@@ -95,7 +120,8 @@ async fn releasing_the_write_hold_while_reading_downgrades() {
     let client = client(&server).await;
     let rw = client.get_read_write_lock("downgrade");
     let w = rw.write_lock().lock().await.unwrap();
-    let r = rw.read_lock().lock().await.unwrap();
+    // The writer's own read, nested in its scope; it outlives the write hold below.
+    let r = w.scope(rw.read_lock().lock()).await.unwrap();
     let other = client.get_read_write_lock("downgrade");
     let waiting_reader = {
         let read = other.read_lock();
@@ -108,6 +134,7 @@ async fn releasing_the_write_hold_while_reading_downgrades() {
     let mut raw = server.raw().await;
     let mode: String = raw.hget("downgrade", "mode").await.unwrap();
     assert_eq!(mode, "read");
+    assert_eq!(r.hold_count().await.unwrap(), 1, "the read hold stays");
     let other_read = tokio::time::timeout(Duration::from_secs(2), waiting_reader)
         .await
         .expect("the write release woke the reader")
@@ -124,28 +151,47 @@ async fn releasing_the_write_hold_while_reading_downgrades() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_asking_to_write_is_refused_at_once() {
+async fn a_write_nested_in_a_read_scope_is_refused_at_once() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let rw = client.get_read_write_lock("upgrade");
     let r = rw.read_lock().lock().await.unwrap();
     let started = Instant::now();
-    let err = rw.write_lock().lock().await.unwrap_err();
+    let err = r.scope(rw.write_lock().lock()).await.unwrap_err();
     assert!(
         matches!(&err, Error::UpgradeNotSupported { name } if name == "upgrade"),
         "{err:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(err.to_string().contains("upgrade"));
-    // Also when other readers are in.
+    // Also when other readers are in, for a bounded wait, and inside `with_lock`'s work.
     let other = client.get_read_write_lock("upgrade");
     let r2 = other.read_lock().lock().await.unwrap();
+    let started = Instant::now();
     assert!(matches!(
-        rw.write_lock()
-            .try_lock_for(Duration::from_secs(5), None)
+        r.scope(rw.write_lock().try_lock_for(Duration::from_secs(5), None))
             .await,
         Err(Error::UpgradeNotSupported { .. })
     ));
+    let write = rw.write_lock();
+    let in_work = rw
+        .read_lock()
+        .with_lock(|_| async { write.try_lock().await.map(|g| g.is_some()) })
+        .await
+        .unwrap();
+    assert!(
+        matches!(in_work, Err(Error::UpgradeNotSupported { .. })),
+        "{in_work:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Outside any read scope, this task's write is another acquisition: it waits, no error.
+    assert!(
+        rw.write_lock()
+            .try_lock_for(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
     r2.unlock().await.unwrap();
     r.unlock().await.unwrap();
     let w = rw
@@ -173,9 +219,9 @@ async fn the_layout_and_messages_follow_redisson() {
         .lock_with_lease(Duration::from_secs(20))
         .await
         .unwrap();
-    let r2 = rw
-        .read_lock()
-        .lock_with_lease(Duration::from_secs(20))
+    // A read nested in the first: one owner, hold count 2, one timeout key per hold.
+    let r2 = r1
+        .scope(rw.read_lock().lock_with_lease(Duration::from_secs(20)))
         .await
         .unwrap();
     let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
@@ -203,8 +249,8 @@ async fn the_layout_and_messages_follow_redisson() {
     let w = rw.write_lock().lock().await.unwrap();
     let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
     assert!(fields.contains(&("mode".into(), "write".into())));
-    // The readers' owner is gone with its last hold: this task writes as an owner of the
-    // moment (which may take that name again), `<client-uuid>:<n>:write`.
+    // A new acquisition is a new owner (which may take the readers' name again, gone with their
+    // last hold): `<client-uuid>:<n>:write`.
     assert!(
         fields
             .iter()
@@ -226,6 +272,24 @@ async fn the_layout_and_messages_follow_redisson() {
         "1",
         "a write release wakes everybody"
     );
+
+    // Two reads of this task outside each other's scope are two owners: a field each.
+    let s1 = rw
+        .read_lock()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let s2 = rw
+        .read_lock()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let fields: Vec<(String, String)> = raw.hgetall("layout").await.unwrap();
+    let readers: Vec<&(String, String)> = fields.iter().filter(|(f, _)| f != "mode").collect();
+    assert_eq!(readers.len(), 2, "{fields:?}");
+    assert!(readers.iter().all(|(_, count)| count == "1"), "{fields:?}");
+    s1.unlock().await.unwrap();
+    s2.unlock().await.unwrap();
     // Left: the fencing counter, and the release latches until their few seconds are up.
     let mut left: Vec<String> = raw.keys("*").await.unwrap();
     left.retain(|k| !k.starts_with("redisson_unlock_latch:{layout}:"));

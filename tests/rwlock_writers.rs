@@ -1,7 +1,9 @@
 //! RReadWriteLock with `RwPolicy::PreferWriters`: a waiting writer holds new readers back and
 //! gets in behind a steady stream of overlapping readers (which starves it under Redisson's
-//! policy); its mark goes when it gets in, gives up, is dropped or dies; readers inside re-enter
-//! past it; held-back readers sleep; exclusion and fencing tokens under a mixed workload.
+//! policy); its mark goes when it gets in, gives up, is dropped or dies; a read nested in the
+//! scope of a reader inside (or of the writer) re-enters past it, while the same task's reads
+//! outside it are held back; held-back readers sleep; exclusion and fencing tokens under a mixed
+//! workload.
 
 mod support;
 
@@ -265,7 +267,8 @@ async fn a_dead_writer_holds_readers_back_only_until_its_mark_runs_out() {
         .unwrap();
     let mut dead = HolderProcess::spawn(&server, "dead", life.as_millis() as u64, "prefer-write");
     wait_for_mark(&server, "dead").await;
-    // A reader of another task (this one reads already, and re-enters past any mark).
+    // A reader of another task (this task's own new reads, outside the inside reader's scope,
+    // are held back too).
     let reader = support::Elsewhere::new(preferring(&client, "dead").read_lock());
     assert!(
         reader.try_lock().await.unwrap().is_none(),
@@ -295,30 +298,34 @@ async fn a_dead_writer_holds_readers_back_only_until_its_mark_runs_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_inside_re_enter_past_a_waiting_writer() {
+async fn reads_nested_in_a_reader_inside_re_enter_past_a_waiting_writer() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let reader = preferring(&client, "reenter");
     let first = reader.read_lock().lock().await.unwrap();
     let writer = preferring(&client, "reenter");
-    // The writer is a task of its own: its read below is write->read reentry.
-    let writer = support::Elsewhere::rw(&writer);
     let wait = {
-        let write = writer.1.clone();
+        let write = writer.write_lock();
         tokio::spawn(async move { write.lock().await })
     };
     wait_for_mark(&server, "reenter").await;
-    // The reader inside enters again: waiting here for the writer, which waits for this
-    // reader, would deadlock both.
-    let again = tokio::time::timeout(Duration::from_secs(2), reader.read_lock().lock())
-        .await
-        .expect("a reader inside re-enters past a waiting writer")
-        .unwrap();
+    // A read nested in the reader inside enters again: waiting here for the writer, which
+    // waits for this reader, would deadlock both.
+    let again = tokio::time::timeout(
+        Duration::from_secs(2),
+        first.scope(reader.read_lock().lock()),
+    )
+    .await
+    .expect("a read nested in a reader inside re-enters past a waiting writer")
+    .unwrap();
     assert_eq!(again.fencing_token(), first.fencing_token());
-    assert_eq!(reader.read_lock().hold_count().await.unwrap(), 2);
-    // A new reader of this policy waits; one of Redisson's policy ignores the mark (as Java
-    // Redisson readers do).
-    // (Other tasks: this task's own reads re-enter whatever the policy.)
+    assert_eq!(first.hold_count().await.unwrap(), 2);
+    // A new reader of this policy waits, this task's own outside the reader's scope included;
+    // one of Redisson's policy ignores the mark (as Java Redisson readers do).
+    assert!(
+        reader.read_lock().try_lock().await.unwrap().is_none(),
+        "a new read of this task, outside the scope, is held back"
+    );
     let newcomer = support::Elsewhere::new(preferring(&client, "reenter").read_lock());
     assert!(newcomer.try_lock().await.unwrap().is_none());
     let plain = support::Elsewhere::new(client.get_read_write_lock("reenter").read_lock());
@@ -336,14 +343,14 @@ async fn readers_inside_re_enter_past_a_waiting_writer() {
         .expect("the writer got in once the reader left")
         .unwrap()
         .unwrap();
-    // Write->read reentry of the writer itself, while another writer waits with a mark.
+    // Write->read: a read nested in the writer's scope, while another writer waits with a mark.
     let second = preferring(&client, "reenter");
     let wait2 = {
         let write = second.write_lock();
         tokio::spawn(async move { write.lock().await })
     };
     wait_for_mark(&server, "reenter").await;
-    let own_read = tokio::time::timeout(Duration::from_secs(2), writer.0.lock())
+    let own_read = tokio::time::timeout(Duration::from_secs(2), w.scope(writer.read_lock().lock()))
         .await
         .expect("the writer reads past another writer's mark")
         .unwrap();

@@ -221,17 +221,22 @@ async fn cancelled_lock_calls_leave_nothing_locked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_reentrant_acquire_keeps_the_count_right() {
+async fn a_cancelled_nested_acquire_keeps_the_count_right() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let lock = client.get_lock("cancel-reentrant");
     let outer = lock.lock().await.unwrap();
+    // Nested acquires (in the hold's scope, and from the guard) cancelled at every point.
     for i in 0..100u64 {
-        let _ = tokio::time::timeout(Duration::from_micros(i * 11), lock.lock()).await;
+        let budget = Duration::from_micros(i * 11);
+        match i % 2 {
+            0 => drop(tokio::time::timeout(budget, outer.scope(lock.lock())).await),
+            _ => drop(tokio::time::timeout(budget, outer.reenter()).await),
+        }
     }
     assert!(
         eventually(Duration::from_secs(3), || async {
-            lock.hold_count().await.unwrap() == 1
+            outer.hold_count().await.unwrap() == 1
         })
         .await
     );

@@ -176,7 +176,7 @@ async fn a_fixed_lease_expires_and_its_stale_unlock_leaves_the_new_holder_alone(
         Err(ferrisson::Error::LockLost { .. })
     ));
     assert_eq!(
-        second.hold_count().await.unwrap(),
+        fresh.hold_count().await.unwrap(),
         1,
         "the stale unlock touched the new holder"
     );
@@ -215,7 +215,7 @@ async fn a_killed_holder_process_frees_the_lock_within_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_lease_stays_fixed_after_a_reentrant_watchdog_hold_ends() {
+async fn a_fixed_lease_stays_fixed_after_a_nested_watchdog_hold_ends() {
     let server = RedisServer::start();
     let client = builder(&server)
         .watchdog_timeout(Duration::from_millis(300))
@@ -227,7 +227,8 @@ async fn a_fixed_lease_stays_fixed_after_a_reentrant_watchdog_hold_ends() {
         .lock_with_lease(Duration::from_millis(500))
         .await
         .unwrap();
-    let renewed = lock.lock().await.unwrap();
+    let renewed = fixed.scope(lock.lock()).await.unwrap();
+    assert_eq!(renewed.fencing_token(), fixed.fencing_token(), "nested");
     renewed.unlock().await.unwrap();
     // Renewal stopped with the last watchdog hold: the lock frees itself at the last lease set.
     tokio::time::timeout(Duration::from_secs(2), fixed.lost())
@@ -281,7 +282,7 @@ async fn unlocking_a_guard_known_lost_answers_at_once() {
         .unwrap();
     let lock = client.get_lock("known-lost");
     let first = lock.lock().await.unwrap();
-    let again = lock.lock().await.unwrap(); // a reentrant hold of the same lease
+    let again = first.reenter().await.unwrap(); // a nested hold of the same lease
     server.pause();
     tokio::time::timeout(LEASE * 3, first.lost())
         .await
@@ -305,7 +306,7 @@ async fn unlocking_a_guard_known_lost_answers_at_once() {
         .unwrap()
         .expect("the lock is free again");
     assert_eq!(
-        lock.hold_count().await.unwrap(),
+        next.hold_count().await.unwrap(),
         1,
         "a new hold, not a third one"
     );
