@@ -62,7 +62,17 @@ impl fmt::Debug for Owner {
 impl Owner {
     /// A new owner of `lock`, for one acquisition of the caller.
     pub(crate) fn single(owners: &Owners, lock: &Arc<str>) -> Arc<Self> {
-        Arc::new(Owner {
+        Arc::new(Self::new(owners, lock, None))
+    }
+
+    /// A new owner of `lock`, counted among the client's live owners while it lives.
+    pub(crate) fn counted(owners: &Owners, lock: &Arc<str>, live: &Arc<AtomicUsize>) -> Arc<Self> {
+        live.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Self::new(owners, lock, Some(live.clone())))
+    }
+
+    fn new(owners: &Owners, lock: &Arc<str>, counted: Option<Arc<AtomicUsize>>) -> Self {
+        Owner {
             id: owners.next_owner(),
             lock: lock.clone(),
             write_field: OnceLock::new(),
@@ -71,16 +81,8 @@ impl Owner {
             write: OnceLock::new(),
             tainted: AtomicBool::new(false),
             asker: Asker::current(),
-            counted: None,
-        })
-    }
-
-    /// A new owner of `lock`, counted among the client's live owners while it lives.
-    pub(crate) fn counted(owners: &Owners, lock: &Arc<str>, live: &Arc<AtomicUsize>) -> Arc<Self> {
-        let mut owner = Arc::into_inner(Self::single(owners, lock)).expect("just made");
-        live.fetch_add(1, Ordering::Relaxed);
-        owner.counted = Some(live.clone());
-        Arc::new(owner)
+            counted,
+        }
     }
 
     /// The owner's name in Redis.

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// `lock` used by one task of its own, for as long as this value lives: every call runs there,
-/// one after the other, so its holds are that task's (and reentrant among themselves).
+/// one after the other (each acquisition an owner of its own, as everywhere).
 #[derive(Debug, Clone)]
 pub struct Elsewhere {
     lock: RLock,
