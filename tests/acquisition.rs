@@ -405,12 +405,14 @@ async fn a_wait_for_a_hold_of_the_same_task_logs_one_hint() {
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(found[0].level, Some(Level::WARN));
     // A dispatcher waits for its own task's holds as meant, every time: the hint comes at
-    // most once per lock every 10 s, so a second such wait right after adds none.
+    // most once every 10 s per client, so a second such wait right after adds none.
     let third = lock.try_lock_for(Duration::from_millis(100), None).await;
     assert!(third.unwrap().is_none());
     assert_eq!(hints("hint:same").len(), 1, "{:#?}", hints("hint:same"));
     guard.unlock().await.unwrap();
 
+    // Another client, whose hint is due.
+    let client = support::client(&server).await;
     let in_task = client.get_lock("hint:task");
     tokio::spawn(async move {
         let guard = in_task.lock().await.unwrap();

@@ -23,6 +23,7 @@ use crate::lock::in_flight::{InFlight, Queued};
 use crate::lock::ops::Want;
 use crate::lock::owner::Side;
 use crate::lock::replies::{Acquired, run_acquire};
+use crate::lock::scope::Nesting;
 use crate::lock::wait::{self, Attempt};
 
 /// How long past its wait budget a fair waiter that gave up may take to leave the queue before
@@ -44,6 +45,7 @@ impl Holder {
         &self,
         mode: LeaseMode,
         wait: Option<Duration>,
+        nested: Option<&Nesting>,
         observed: &crate::observe::Acquire,
     ) -> Result<Option<LockGuard>> {
         let channel = self.channel();
@@ -107,7 +109,7 @@ impl Holder {
                     // may have put the owner in the starving set.
                     armed.store(true, Ordering::Relaxed);
                 }
-                let answer = self.attempt(mode, want, ask_server).await;
+                let answer = self.attempt(mode, want, ask_server, nested).await;
                 observed.attempt_answered(&answer);
                 if waiting
                     && matches!(answer, Ok(Attempt::Busy { .. }))
@@ -149,16 +151,18 @@ impl Holder {
         result
     }
 
-    /// Warns once per wait (and at most once per lock every 10 s) when the lock is held by an
-    /// acquisition of the waiter's own task (else thread): code ported from Java often expects
-    /// such a `lock()` to be reentrant. A hint only: a future polled beside the holder, or a
-    /// dispatcher whose guards went to workers, may well mean to wait.
+    /// Warns once per wait (and at most once every 10 s per client) when the lock is held by
+    /// an acquisition of the waiter's own task (else thread): code ported from Java often
+    /// expects such a `lock()` to be reentrant. A hint only: a future polled beside the holder,
+    /// or a dispatcher whose guards went to workers, may well mean to wait.
     fn hint_if_own_hold(&self) {
-        if self
-            .inner()
-            .watchdog
-            .held_in(self.name(), self.owner.asker())
-            && self.handle.locks.hint_due(self.ops().name())
+        let locks = &self.handle.locks;
+        if locks.hint_due()
+            && self
+                .inner()
+                .watchdog
+                .held_in(self.name(), self.owner.asker())
+            && locks.claim_hint()
         {
             tracing::warn!(
                 lock = %self.name(),
@@ -209,6 +213,7 @@ impl Holder {
         mode: LeaseMode,
         mut want: Want,
         ask_server: bool,
+        nested: Option<&Nesting>,
     ) -> Result<Attempt<LockGuard>> {
         let waiting = want.waiting;
         let lease_ms = self.lease_ms(mode);
@@ -227,16 +232,30 @@ impl Holder {
                 return Ok(Attempt::Busy { ttl: Some(left) });
             }
         }
+        let side = self.ops().side();
         if self.ops().family() == "rw" {
             // A release of the owner's other side still under way (a dropped read guard's,
             // say) goes first: a write acquire must not find read holds being given back.
-            let other = match self.ops().side() {
+            let other = match side {
                 Side::Main => Side::Write,
                 Side::Write => Side::Main,
             };
-            drop(self.owner.holds(other).lock().await);
+            let holds = self.owner.holds(other).lock().await;
+            // A read nested in a write hold: the write hold must still stand. (Should it go
+            // between here and the script, the read is a read hold of its own: nothing a
+            // reader may not share.)
+            if nested.is_some_and(|n| n.side == other && !n.held_in(&holds)) {
+                return Err(self.lost());
+            }
         }
         let holds = self.holds().clone().lock_owned().await;
+        // A nested acquisition is one more hold of a hold that stands, checked under the holds'
+        // lock that every change of them takes: given back or lost meanwhile, it finds the hold
+        // gone instead of asking for a fresh grant under the old owner (which another nested
+        // acquisition could then share).
+        if nested.is_some_and(|n| n.side == side && !n.held_in(&holds)) {
+            return Err(self.lost());
+        }
         let owner = &self.owner;
         // Without a live hold of its own the owner must get a fresh grant: whatever the server
         // still counts for it is a leftover the client lost track of.

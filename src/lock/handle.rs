@@ -14,7 +14,7 @@ use crate::lock::handover::LocalWaiters;
 use crate::lock::ops::LockOps;
 use crate::lock::owner::Owner;
 use crate::lock::replies::{Inspection, inspect_field, run_force_unlock};
-use crate::lock::scope::{ScopeKey, owner_in_scope};
+use crate::lock::scope::{Nesting, ScopeKey, nesting};
 
 /// What the lock engine keeps per client, besides the client's shared machinery: how many
 /// owners live, and its local waiters.
@@ -24,26 +24,34 @@ pub(crate) struct ClientLocks {
     pub(crate) live: Arc<AtomicUsize>,
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
-    /// When each lock last got the hint that a wait is for a hold of the waiter's own task.
-    hinted: Mutex<Vec<(Arc<str>, Instant)>>,
+    /// When this client last gave the hint that a wait is for a hold of the waiter's own
+    /// task.
+    hinted: Mutex<Option<Instant>>,
 }
 
-/// How often one lock gets the own-task hint at most: a dispatcher that hands its guards to
-/// workers waits for its own task's holds as meant, and once is enough to tell it.
+/// How often a client gives the own-task hint at most: a dispatcher that hands its guards to
+/// workers, or futures of one task over many locks, wait for their own task's holds as meant,
+/// and once is enough to tell.
 const HINT_EVERY: Duration = Duration::from_secs(10);
 
 impl ClientLocks {
-    /// Whether lock `name` is due the own-task hint (at most once per [`HINT_EVERY`]); the
-    /// rare path of a wait's first refusal for a hold of its own task.
-    pub(crate) fn hint_due(&self, name: &Arc<str>) -> bool {
-        let now = Instant::now();
-        let mut hinted = self.hinted.lock().unwrap_or_else(|e| e.into_inner());
-        hinted.retain(|(_, at)| now.duration_since(*at) < HINT_EVERY);
-        if hinted.iter().any(|(n, _)| n == name) {
+    /// Whether the own-task hint may be given now (read only: the cheap first check).
+    pub(crate) fn hint_due(&self) -> bool {
+        self.last_hint().is_none_or(|at| at.elapsed() >= HINT_EVERY)
+    }
+
+    /// Takes the hint's turn: whether this caller gives it (at most one per [`HINT_EVERY`]).
+    pub(crate) fn claim_hint(&self) -> bool {
+        let mut last = self.hinted.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| at.elapsed() < HINT_EVERY) {
             return false;
         }
-        hinted.push((name.clone(), now));
+        *last = Some(Instant::now());
         true
+    }
+
+    fn last_hint(&self) -> Option<Instant> {
+        *self.hinted.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -84,6 +92,13 @@ impl Handle {
         }
     }
 
+    /// The error of a hold of this lock found gone.
+    pub(crate) fn lost(&self) -> crate::error::Error {
+        crate::error::Error::LockLost {
+            name: self.name().to_owned(),
+        }
+    }
+
     /// Whether acquires of this handle may nest (all but an `RMutex`'s).
     pub(crate) fn reentrant(&self) -> bool {
         !self.single
@@ -102,13 +117,8 @@ impl Handle {
         }
     }
 
-    /// The owner an acquire of the caller works for: the owner of the hold whose scope the
-    /// caller runs in, else a new one. One task-local read (and a thread-local one outside any
-    /// scope).
-    pub(crate) fn acquiring(&self) -> Arc<Owner> {
-        if let Some(owner) = self.owner_in_scope() {
-            return owner;
-        }
+    /// A new owner, for an acquisition nested in no hold.
+    pub(crate) fn new_owner(&self) -> Arc<Owner> {
         let name = self.ops.name();
         if self.single {
             return Owner::single(&self.core.owners, name);
@@ -116,17 +126,19 @@ impl Handle {
         Owner::counted(&self.core.owners, name, &self.locks.live)
     }
 
-    /// The owner of the hold whose scope the caller runs in, if any.
-    pub(crate) fn owner_in_scope(&self) -> Option<Arc<Owner>> {
+    /// The hold of this lock whose scope the caller runs in, if any (never for an `RMutex`).
+    /// One task-id read and one task-local read (and a thread-local one outside any task).
+    pub(crate) fn nesting(&self) -> Option<Nesting> {
         if self.single {
             return None;
         }
-        owner_in_scope(self.scope_key())
+        nesting(self.scope_key())
     }
 
     /// The lock's state, and the holds on this side of it of the scope the caller runs in.
     pub(crate) async fn inspect(&self) -> Result<Inspection> {
-        self.inspect_for(self.owner_in_scope().as_deref()).await
+        let owner = self.nesting().map(|n| n.owner);
+        self.inspect_for(owner.as_deref()).await
     }
 
     /// The lock's state, and `owner`'s holds on this side of it.

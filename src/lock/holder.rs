@@ -79,6 +79,11 @@ impl Holder {
         self.ops().name()
     }
 
+    /// The error of a hold found gone.
+    pub(crate) fn lost(&self) -> crate::error::Error {
+        self.handle.lost()
+    }
+
     /// Sets `owner`'s hold count on the server to `holds` (see [`LockOps::repair`]).
     pub(super) async fn repair_to(&self, owner: &Owner, holds: u32, lease_ms: u64) -> Result<()> {
         let call = self.ops().repair(owner, holds, lease_ms);

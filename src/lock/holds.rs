@@ -32,8 +32,8 @@ impl Holds {
 /// What a holder knows of its owner's leftovers.
 #[derive(Debug, Default)]
 pub(crate) struct Leftovers {
-    /// A command of the owner whose outcome is unknown may still reach Redis (the owner's
-    /// [`may_be_tainted`](crate::lock::owner::Owner::may_be_tainted) says so without this lock).
+    /// The server may count holds of the owner that the client gave up (a release or repair
+    /// failed or went unanswered), and a command of it may still reach Redis late.
     pub(crate) tainted: bool,
     /// The owner's leftover (while it holds nothing) was removed since it was tainted.
     pub(crate) removed: bool,
@@ -43,8 +43,8 @@ pub(crate) struct Leftovers {
 }
 
 impl Leftovers {
-    /// Marks the owner tainted: no acquire works for it again once it holds nothing. Callers
-    /// also mark the owner itself ([`Owner::taint`](crate::lock::owner::Owner::taint)).
+    /// Marks the owner tainted: its leftover goes in the background, and a nested acquisition
+    /// finds its hold gone once the owner holds nothing (see [`scope`](crate::lock::scope)).
     pub(crate) fn taint(&mut self) {
         self.tainted = true;
         self.removed = false;

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lock::handle::Handle;
 use crate::lock::holder::Holder;
 use crate::lock::holds::Holds;
 use crate::lock::owner::Owner;
@@ -34,39 +33,6 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// runs out by itself).
 const TRY_FOR: Duration = Duration::from_secs(120);
 
-impl Handle {
-    /// The owner an acquire of the caller works for (see [`Handle::acquiring`]); a tainted one
-    /// (only a nested acquire meets one) that holds nothing on either side of the lock is left
-    /// to its background removal, and the acquire works for a new owner.
-    pub(crate) async fn acquiring_untainted(self: &Arc<Self>) -> Arc<Owner> {
-        let owner = self.acquiring();
-        if !owner.may_be_tainted() {
-            return owner;
-        }
-        // Rare: boxed, so an acquire's future does not carry this wait for the holds.
-        Box::pin(self.untainted(owner)).await
-    }
-
-    async fn untainted(self: &Arc<Self>, owner: Arc<Owner>) -> Arc<Owner> {
-        let holds = owner.holds(self.ops.side()).clone();
-        let count = holds.lock().await.count();
-        // A read-write lock's other side: its holds and taint are the same owner's.
-        let other = match self.ops.sibling() {
-            // An operation of the other side under way still works for the owner.
-            Some(sibling) => match owner.holds(sibling.side()).try_lock() {
-                Ok(other) => other.count(),
-                Err(_) => 1,
-            },
-            None => 0,
-        };
-        if count != 0 || other != 0 {
-            return owner;
-        }
-        tracing::debug!(lock = %self.name(), left = %owner.id(), "a nested acquire of an owner holding nothing after an unknown outcome works for a new owner");
-        Owner::counted(&self.core.owners, self.ops.name(), &self.locks.live)
-    }
-}
-
 impl Holder {
     /// An unlock or a repair of the current owner failed or went unanswered, leaving a
     /// possible leftover that a lease of `lease_ms` frees at the latest: remove it in the
@@ -74,7 +40,6 @@ impl Holder {
     /// nothing.
     pub(super) fn taint(&self, holds: &mut Holds, lease_ms: u64) {
         holds.leftovers.taint();
-        self.owner.taint();
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
     }
 

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::Handle;
 use crate::lock::holder::{Holder, LeaseMode};
-use crate::lock::owner::Owner;
+use crate::lock::scope::Nesting;
 use crate::observe::Acquire;
 
 impl Handle {
@@ -25,25 +25,31 @@ impl Handle {
         self.acquire_for(None, mode, wait).await
     }
 
-    /// As [`acquire`](Self::acquire), for `owner` when given (one more hold of a guard's).
+    /// As [`acquire`](Self::acquire), nested in `hold` when given (one more hold of a
+    /// guard's), else in the hold whose scope the caller runs in, if any.
     pub(crate) async fn acquire_for(
         self: &Arc<Self>,
-        owner: Option<Arc<Owner>>,
+        hold: Option<Nesting>,
         mode: LeaseMode,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         self.core.accepting()?;
         let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
         let acquire = async {
-            let owner = match owner {
-                Some(owner) => owner,
-                None => self.acquiring_untainted().await,
+            let nested = hold.or_else(|| self.nesting());
+            let owner = match &nested {
+                // A hold given back or lost: the acquisition finds it gone.
+                Some(hold) if !hold.stands() => return Err(self.lost()),
+                Some(hold) => hold.owner.clone(),
+                None => self.new_owner(),
             };
             let holder = Holder {
                 handle: self.clone(),
                 owner,
             };
-            holder.acquire_observed(mode, wait, &observed).await
+            holder
+                .acquire_observed(mode, wait, nested.as_ref(), &observed)
+                .await
         };
         let result = acquire.instrument(observed.span()).await;
         observed.finish(result)

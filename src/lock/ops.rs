@@ -83,11 +83,6 @@ pub(crate) trait LockOps: Send + Sync + fmt::Debug + 'static {
     /// different families on one name are different owners, so they contend instead of mixing
     /// their hold counts.
     fn family(&self) -> &'static str;
-    /// The other side of a read-write lock (`None` for every other kind): retiring an owner
-    /// clears both.
-    fn sibling(&self) -> Option<Box<dyn LockOps>> {
-        None
-    }
     /// Which of the owner's hold counts this kind moves.
     fn side(&self) -> Side {
         Side::Main

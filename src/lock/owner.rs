@@ -9,7 +9,7 @@
 //! else does, so an owner goes with its last guard, acquire or repair.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -39,10 +39,6 @@ pub(crate) struct Owner {
     main: Arc<AsyncMutex<Holds>>,
     /// A write lock's, made at first use.
     write: OnceLock<Arc<AsyncMutex<Holds>>>,
-    /// Set once a command of the owner whose outcome is unknown may still reach Redis, on
-    /// either side (see [`leftover`](crate::lock::leftover)): a nested acquire reads it first,
-    /// so the uncontended path takes no extra lock.
-    tainted: AtomicBool,
     /// The task (else thread) whose acquire made the owner: a wait for a hold taken in the
     /// waiter's own task is worth a hint (see [`wait`](crate::lock::wait)).
     asker: Asker,
@@ -79,10 +75,14 @@ impl Owner {
             timeouts: OnceLock::new(),
             main: Arc::default(),
             write: OnceLock::new(),
-            tainted: AtomicBool::new(false),
             asker: Asker::current(),
             counted,
         }
+    }
+
+    /// The name of the lock this owner holds.
+    pub(crate) fn lock_name(&self) -> &Arc<str> {
+        &self.lock
     }
 
     /// The owner's name in Redis.
@@ -113,17 +113,6 @@ impl Owner {
     pub(crate) fn read_timeouts(&self) -> &Arc<str> {
         self.timeouts
             .get_or_init(|| names::shared(&names::read_timeouts_pieces(&self.lock, &self.id)))
-    }
-
-    /// Whether a side of the owner may be tainted (read without the holds' locks).
-    pub(crate) fn may_be_tainted(&self) -> bool {
-        self.tainted.load(Ordering::Acquire)
-    }
-
-    /// A side of the owner was tainted (its holds' [`Leftovers`](crate::lock::leftover) say
-    /// which): a nested acquire no longer works for it once it holds nothing.
-    pub(crate) fn taint(&self) {
-        self.tainted.store(true, Ordering::Release);
     }
 }
 

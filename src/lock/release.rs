@@ -278,12 +278,6 @@ impl Holder {
         let reply: Value = self.inner().executor.run(&call, self.name()).await?;
         parse_release(&reply)
     }
-
-    fn lost(&self) -> Error {
-        Error::LockLost {
-            name: self.name().to_owned(),
-        }
-    }
 }
 
 /// Sends with `send(resend)`, and again (as a resend) up to twice when the connection dropped
@@ -337,7 +331,6 @@ async fn take_back(holder: &Holder, owner: &Arc<Owner>, holds: &mut Holds, lease
     if let Err(e) = holder.repair_to(owner, 0, 0).await {
         tracing::warn!(lock = %holder.name(), error = %e, "could not take back a handed-over hold; retrying in the background");
         holds.leftovers.taint();
-        owner.taint();
         take_back_later(holder.clone(), owner.clone(), lease_ms);
     }
 }

@@ -261,10 +261,6 @@ impl LockOps for ReadOps {
         "rw"
     }
 
-    fn sibling(&self) -> Option<Box<dyn LockOps>> {
-        Some(Box::new(WriteOps(self.0.clone())))
-    }
-
     fn kind(&self) -> &'static str {
         "read"
     }
@@ -330,10 +326,6 @@ struct WriteOps(RwNames);
 impl LockOps for WriteOps {
     fn family(&self) -> &'static str {
         "rw"
-    }
-
-    fn sibling(&self) -> Option<Box<dyn LockOps>> {
-        Some(Box::new(ReadOps(self.0.clone())))
     }
 
     fn kind(&self) -> &'static str {

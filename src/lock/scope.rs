@@ -14,11 +14,13 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use uuid::Uuid;
 
-use crate::lock::owner::Owner;
+use crate::lease::Lease;
+use crate::lock::holds::Holds;
+use crate::lock::owner::{Owner, Side};
 
 tokio::task_local! {
     /// The holds whose work the current future runs inside of.
@@ -37,10 +39,43 @@ pub(crate) struct Scope(Arc<Link>);
 #[derive(Debug)]
 struct Link {
     client: Uuid,
-    name: Arc<str>,
     family: &'static str,
-    owner: Arc<Owner>,
+    /// `None`: a hold nothing nests in (an `RMutex`'s), whose work is still inside the outer
+    /// holds' scopes.
+    hold: Option<Nesting>,
     outer: Option<Scope>,
+    /// The task the scope runs in, set when it starts running: a task-local is seen by
+    /// whatever its future polls, tasks of a `LocalSet` driven inside the work included, and
+    /// those are not inside the hold's work.
+    task: OnceLock<Option<tokio::task::Id>>,
+}
+
+/// The hold an acquisition nests in: its owner, the side of the lock it holds and the lease of
+/// the hold. A nested acquisition is one more hold of it only while that hold stands: once it
+/// was given back or lost, the acquisition finds it gone instead of asking the server for a
+/// fresh grant under the old owner (which a second nested acquisition could then share).
+#[derive(Debug, Clone)]
+pub(crate) struct Nesting {
+    pub(crate) owner: Arc<Owner>,
+    pub(crate) side: Side,
+    pub(crate) lease: Arc<Lease>,
+}
+
+impl Nesting {
+    /// Whether the hold may still stand: not known lost, and a guard of it lives.
+    pub(crate) fn stands(&self) -> bool {
+        !self.lease.is_lost() && self.lease.guards().live > 0
+    }
+
+    /// Whether the hold stands as far as `holds`, its side's count, says: counted, on the same
+    /// lease, not known lost.
+    pub(crate) fn held_in(&self, holds: &Holds) -> bool {
+        holds.live()
+            && holds
+                .lease
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(l, &self.lease))
+    }
 }
 
 /// What a scope entry is looked up by: the client, the lock's name and its family.
@@ -52,51 +87,52 @@ pub(crate) struct ScopeKey<'a> {
 }
 
 impl Scope {
-    /// The scope the caller runs inside of: the future's, else the thread's.
+    /// The scope the caller runs inside of: the future's (in the task that runs it), else the
+    /// thread's (outside any task: a `block_on` future or plain code, never a task that the
+    /// thread polls meanwhile).
     pub(crate) fn current() -> Option<Scope> {
+        let task = tokio::task::try_id();
         if let Ok(scope) = TASK_SCOPE.try_with(Scope::clone) {
-            return Some(scope);
+            return (scope.0.task.get() == Some(&task)).then_some(scope);
+        }
+        if task.is_some() {
+            return None;
         }
         THREAD_SCOPE.with(|s| s.borrow().clone())
     }
 
-    /// The current scope with `owner`'s hold of `key` innermost.
-    #[cfg(test)]
-    pub(crate) fn entered(key: ScopeKey<'_>, name: &Arc<str>, owner: &Arc<Owner>) -> Scope {
-        Self::within(Scope::current(), key, name, owner)
-    }
-
-    /// `outer` with `owner`'s hold of `key` innermost.
-    pub(crate) fn within(
-        outer: Option<Scope>,
-        key: ScopeKey<'_>,
-        name: &Arc<str>,
-        owner: &Arc<Owner>,
-    ) -> Scope {
+    /// `outer` with `hold` of `key` innermost.
+    pub(crate) fn within(outer: Option<Scope>, key: ScopeKey<'_>, hold: Option<Nesting>) -> Scope {
         Scope(Arc::new(Link {
             client: key.client,
-            name: name.clone(),
             family: key.family,
-            owner: owner.clone(),
+            hold,
             outer,
+            task: OnceLock::new(),
         }))
     }
 
-    /// The owner of the innermost hold of `key` in this chain.
-    pub(crate) fn find(&self, key: ScopeKey<'_>) -> Option<Arc<Owner>> {
+    /// The innermost hold of `key` in this chain.
+    pub(crate) fn find(&self, key: ScopeKey<'_>) -> Option<Nesting> {
         let mut link = Some(self);
         while let Some(Scope(l)) = link {
-            if l.client == key.client && l.family == key.family && *l.name == *key.name {
-                return Some(l.owner.clone());
+            if let Some(hold) = &l.hold
+                && l.client == key.client
+                && l.family == key.family
+                && **hold.owner.lock_name() == *key.name
+            {
+                return Some(hold.clone());
             }
             link = l.outer.as_ref();
         }
         None
     }
 
-    /// Runs `work` inside this scope (a task-local: futures beside it are outside).
-    pub(crate) fn run<F: Future>(self, work: F) -> impl Future<Output = F::Output> {
-        TASK_SCOPE.scope(self, work)
+    /// Runs `work` inside this scope (a task-local: futures beside it are outside), in the
+    /// task that first polls it.
+    pub(crate) async fn run<F: Future>(self, work: F) -> F::Output {
+        self.0.task.get_or_init(tokio::task::try_id);
+        TASK_SCOPE.scope(self, work).await
     }
 
     /// Runs `work` on this thread inside this scope, restoring the thread's scope after (also
@@ -115,8 +151,8 @@ impl Scope {
     }
 }
 
-/// The owner of `key` in the caller's current scope, if it runs inside one of its holds.
-pub(crate) fn owner_in_scope(key: ScopeKey<'_>) -> Option<Arc<Owner>> {
+/// The hold of `key` the caller runs inside of, if any.
+pub(crate) fn nesting(key: ScopeKey<'_>) -> Option<Nesting> {
     Scope::current()?.find(key)
 }
 
@@ -124,6 +160,23 @@ pub(crate) fn owner_in_scope(key: ScopeKey<'_>) -> Option<Arc<Owner>> {
 mod tests {
     use super::*;
     use crate::owner::Owners;
+
+    fn hold(owner: &Arc<Owner>) -> Nesting {
+        let lease = Lease::new(1, tokio::time::Instant::now(), 1000);
+        Nesting {
+            owner: owner.clone(),
+            side: Side::Main,
+            lease: Arc::new(lease),
+        }
+    }
+
+    fn entered(key: ScopeKey<'_>, owner: &Arc<Owner>) -> Scope {
+        Scope::within(Scope::current(), key, Some(hold(owner)))
+    }
+
+    fn owner_in_scope(key: ScopeKey<'_>) -> Option<Arc<Owner>> {
+        nesting(key).map(|n| n.owner)
+    }
 
     fn key(client: Uuid, name: &str) -> ScopeKey<'_> {
         ScopeKey {
@@ -139,7 +192,7 @@ mod tests {
         let owners = Owners::new(client);
         let name: Arc<str> = Arc::from("a");
         let owner = Owner::single(&owners, &name);
-        let scope = Scope::entered(key(client, "a"), &name, &owner);
+        let scope = entered(key(client, "a"), &owner);
         let inside = scope.run(async { owner_in_scope(key(client, "a")) });
         let beside = async { owner_in_scope(key(client, "a")) };
         let (inside, beside) = tokio::join!(inside, beside);
@@ -147,7 +200,7 @@ mod tests {
         assert!(beside.is_none(), "a sibling future is outside the scope");
         // Another client, name or family is another lock.
         let other = Uuid::new_v4();
-        let s = Scope::entered(key(client, "a"), &name, &owner);
+        let s = entered(key(client, "a"), &owner);
         let found = s
             .run(async {
                 (
@@ -163,7 +216,7 @@ mod tests {
             .await;
         assert!(found.0.is_none() && found.1.is_none() && found.2.is_none());
         // A spawned task is outside.
-        let spawned = Scope::entered(key(client, "a"), &name, &owner)
+        let spawned = entered(key(client, "a"), &owner)
             .run(async {
                 tokio::spawn(async move { owner_in_scope(key(client, "a")) })
                     .await
@@ -179,9 +232,9 @@ mod tests {
         let owners = Owners::new(client);
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
         let (oa, ob) = (Owner::single(&owners, &a), Owner::single(&owners, &b));
-        let found = Scope::entered(key(client, "a"), &a, &oa)
+        let found = entered(key(client, "a"), &oa)
             .run(async {
-                Scope::entered(key(client, "b"), &b, &ob)
+                entered(key(client, "b"), &ob)
                     .run(async {
                         (
                             owner_in_scope(key(client, "a")),
@@ -201,12 +254,12 @@ mod tests {
         let owners = Owners::new(client);
         let name: Arc<str> = Arc::from("a");
         let owner = Owner::single(&owners, &name);
-        let inside = Scope::entered(key(client, "a"), &name, &owner)
-            .run_here(|| owner_in_scope(key(client, "a")));
+        let inside =
+            entered(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")));
         assert!(inside.is_some());
         assert!(owner_in_scope(key(client, "a")).is_none());
         let other = std::thread::scope(|s| {
-            Scope::entered(key(client, "a"), &name, &owner).run_here(|| {
+            entered(key(client, "a"), &owner).run_here(|| {
                 s.spawn(|| owner_in_scope(key(client, "a")).is_none())
                     .join()
                     .unwrap()
@@ -214,9 +267,54 @@ mod tests {
         });
         assert!(other, "another thread is outside");
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Scope::entered(key(client, "a"), &name, &owner).run_here(|| panic!("work"))
+            entered(key(client, "a"), &owner).run_here(|| panic!("work"))
         }));
         assert!(caught.is_err());
         assert!(owner_in_scope(key(client, "a")).is_none(), "restored");
+    }
+
+    #[test]
+    fn a_thread_scope_is_not_seen_by_tasks_the_thread_polls() {
+        let client = Uuid::new_v4();
+        let owners = Owners::new(client);
+        let name: Arc<str> = Arc::from("a");
+        let owner = Owner::single(&owners, &name);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let task = rt.spawn(async move { owner_in_scope(key(client, "a")).is_none() });
+        let (outside, in_block_on) = entered(key(client, "a"), &owner).run_here(|| {
+            let outside = rt.block_on(task).unwrap();
+            (
+                outside,
+                rt.block_on(async { owner_in_scope(key(client, "a")) }),
+            )
+        });
+        assert!(
+            outside,
+            "a task polled inside the closure is not inside the hold's work"
+        );
+        assert!(in_block_on.is_some(), "the closure's own blocking call is");
+    }
+
+    #[tokio::test]
+    async fn a_task_scope_is_not_seen_by_a_local_set_the_work_drives() {
+        let client = Uuid::new_v4();
+        let owners = Owners::new(client);
+        let name: Arc<str> = Arc::from("a");
+        let owner = Owner::single(&owners, &name);
+        let local = tokio::task::LocalSet::new();
+        let seen = entered(key(client, "a"), &owner)
+            .run(async {
+                let inner = local.spawn_local(async move { owner_in_scope(key(client, "a")) });
+                let own = owner_in_scope(key(client, "a"));
+                (local.run_until(inner).await.unwrap(), own)
+            })
+            .await;
+        assert!(
+            seen.0.is_none(),
+            "a local task is not inside the hold's work"
+        );
+        assert!(seen.1.is_some());
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::LeaseMode;
 use crate::lock::rlock::RLock;
-use crate::lock::scope::Scope;
+use crate::lock::scope::{Nesting, Scope};
 
 impl RLock {
     /// Takes the lock (as [`lock`](Self::lock) does), runs `work` with the hold's fencing
@@ -136,12 +136,9 @@ impl LockGuard {
             true => LeaseMode::Watchdog,
             false => LeaseMode::Fixed(self.lease.lease_ms()),
         };
-        let owner = Some(self.holder.owner.clone());
+        let hold = Some(self.nesting());
         let handle = &self.holder.handle;
-        match handle
-            .acquire_for(owner, mode, Some(Duration::ZERO))
-            .await?
-        {
+        match handle.acquire_for(hold, mode, Some(Duration::ZERO)).await? {
             Some(guard) if Arc::ptr_eq(&guard.lease, &self.lease) => Ok(guard),
             // The hold was gone and the lock free: the grant is a new hold, not this one's.
             Some(other) => {
@@ -191,12 +188,18 @@ impl LockGuard {
     /// This hold's scope, inside `outer`.
     pub(crate) fn enter_within(&self, outer: Option<Scope>) -> Scope {
         let handle = &self.holder.handle;
-        Scope::within(
-            outer,
-            handle.scope_key(),
-            handle.ops.name(),
-            &self.holder.owner,
-        )
+        // Nothing nests in an RMutex's hold.
+        let hold = handle.reentrant().then(|| self.nesting());
+        Scope::within(outer, handle.scope_key(), hold)
+    }
+
+    /// This hold, as an acquisition nested in it sees it.
+    fn nesting(&self) -> Nesting {
+        Nesting {
+            owner: self.holder.owner.clone(),
+            side: self.holder.ops().side(),
+            lease: self.lease.clone(),
+        }
     }
 
     /// How many holds this guard's acquisition has on the lock (this one and those nested in
