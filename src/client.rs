@@ -114,7 +114,8 @@ impl Client {
 
     /// How many lock owners this client keeps state for now. An owner is one acquisition (and
     /// the holds nested in it), as long as it holds its lock, waits for it, or has a release or
-    /// repair of it under way. It drops back to zero once every guard is gone and its
+    /// repair of it under way (a [`LockGuard::scope`](crate::LockGuard::scope) future keeps
+    /// its hold's owner too). It drops back to zero once every guard is gone and its
     /// background release has finished, however many acquisitions were made: a leak check and
     /// a monitoring gauge. `RMutex` acquires are not counted.
     ///
@@ -154,8 +155,8 @@ impl Client {
         RLock::new(self.inner.clone(), self.locks.clone(), name)
     }
 
-    /// A handle on the fair lock `name`: granted in the order the waiters asked, each task a
-    /// waiter of its own. See [`RFairLock`].
+    /// A handle on the fair lock `name`: granted in the order the waiters asked, each
+    /// acquisition a waiter of its own. See [`RFairLock`].
     ///
     /// # Examples
     ///
@@ -170,8 +171,8 @@ impl Client {
         RLock::of(self.inner.clone(), self.locks.clone(), Box::new(ops))
     }
 
-    /// A handle on the read-write lock `name`; in each task its read and write sides are one
-    /// owner. See [`RReadWriteLock`].
+    /// A handle on the read-write lock `name`: each read or write acquisition is an owner of
+    /// its own, and a read nested in a writer's scope is the writer's. See [`RReadWriteLock`].
     ///
     /// # Examples
     ///

@@ -1,11 +1,10 @@
-//! Owner identities: who asks for a lock, and the names written into Redis.
+//! Owner identities: the names written into Redis, and where an acquisition was asked from.
 //!
-//! Redisson names a holder `<client-uuid>:<thread-id>`: every thread is a contender, whatever
-//! lock object it uses. Here the asker is the Tokio task (`tokio::task::try_id()`) and, outside
-//! any task (a `block_on` future, a plain thread, `spawn_blocking`), the thread. The name written
-//! into Redis is `<client-uuid>:<n>`, `n` a per-client counter: an asker gets one such name per
-//! lock it holds (see [`lock::owner`](crate::lock)), and a fresh one when an old name may still
-//! meet a late command.
+//! Redisson names a holder `<client-uuid>:<thread-id>`: every thread is a contender. Here every
+//! acquisition is (see [`lock::owner`](crate::lock)): its name in Redis is `<client-uuid>:<n>`,
+//! `n` a per-client counter, so Java threads and ferrisson acquisitions contend alike. The
+//! [`Asker`] (the Tokio task, else the thread) only tells where an acquisition was made, for
+//! the hint a wait for a hold of its own task gets.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -13,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
 
-/// Who asks: the running Tokio task, else the thread.
+/// Where an acquisition is asked from: the running Tokio task, else the thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Asker {
     Task(tokio::task::Id),

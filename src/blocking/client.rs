@@ -152,8 +152,8 @@ impl Client {
         RLock::wrap(self.client.get_fair_lock(name))
     }
 
-    /// A handle on the read-write lock `name`; in each thread its read and write sides are one
-    /// owner. See [`RReadWriteLock`].
+    /// A handle on the read-write lock `name`: each read or write acquisition is an owner of
+    /// its own, and a read nested in a writer's scope is the writer's. See [`RReadWriteLock`].
     ///
     /// # Examples
     ///

@@ -121,8 +121,8 @@ impl Blocker {
 
     /// Runs `work` on the calling thread until it is done.
     ///
-    /// The calling thread is the asker (`tokio::task::try_id()` is `None` in a `block_on`), so
-    /// the holds it takes are the thread's.
+    /// `tokio::task::try_id()` is `None` in a `block_on`: the thread's scope (a blocking
+    /// `with_lock`'s closure) is the one its acquisitions nest in.
     ///
     /// # Errors
     ///

@@ -4,8 +4,9 @@ use super::RLock;
 use crate::lock::RwPolicy;
 
 /// Redisson's `RReadWriteLock` for synchronous code: the blocking twin of
-/// [`ferrisson::RReadWriteLock`](crate::RReadWriteLock). Its two sides are blocking [`RLock`]s;
-/// in each thread they are one owner: a writer may take read holds, a reader cannot upgrade
+/// [`ferrisson::RReadWriteLock`](crate::RReadWriteLock). Its two sides are blocking [`RLock`]s,
+/// each acquisition an owner of its own; nested in a hold's scope they are one owner: a read
+/// inside a writer's `with_lock` is the writer's own, and a write inside a reader's is refused
 /// ([`Error::UpgradeNotSupported`](crate::Error::UpgradeNotSupported) at once, never a wait
 /// for itself).
 ///
@@ -64,7 +65,8 @@ impl RReadWriteLock {
         self.policy
     }
 
-    /// The read side: shared among readers, excluded by a writer (except the writer itself).
+    /// The read side: shared among readers, excluded by a writer (except a read nested in the
+    /// writer's scope).
     ///
     /// # Examples
     ///
@@ -78,8 +80,8 @@ impl RReadWriteLock {
         self.read.clone()
     }
 
-    /// The write side: excludes every other reader and writer, the calling thread's own read
-    /// holds included (it cannot upgrade).
+    /// The write side: excludes every other reader and writer; nested in a reader's scope it
+    /// is refused at once (a reader cannot upgrade).
     ///
     /// # Examples
     ///

@@ -1,4 +1,5 @@
-//! Owners: who a hold belongs to. The second step of the walk `lock()` → owner → holder.
+//! Owners: who a hold belongs to (the first thing an acquisition settles, see
+//! [`handle`](crate::lock::handle)).
 //!
 //! A hold belongs to its acquisition: every acquire (`lock`, `try_lock*`, `lock_with_lease`, the
 //! fenced, fair, read and write forms, the blocking twins) is an [`Owner`] of its own, with its
