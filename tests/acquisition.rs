@@ -7,14 +7,13 @@
 mod support;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferrisson::{LockGuard, RLock};
 use futures::StreamExt;
 use futures::future::join_all;
-use support::{Checker, RedisServer, client, eventually, join_within};
+use support::{Checker, RedisServer, client, freed, join_within, within};
 use tokio::sync::oneshot;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -22,13 +21,6 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 const INSIDE: Duration = Duration::from_millis(2);
 const HINT: &str = "waits for a hold taken in the same task or thread";
-
-/// `fut`, which must end within `within` (a deadlock fails the test instead of hanging it).
-async fn within<T>(within: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(within, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done within {within:?}"))
-}
 
 /// One critical section of a granted hold: enter, stay a little, leave, give it back.
 async fn inside(guard: LockGuard, checker: &Checker) {
@@ -55,15 +47,6 @@ async fn acquire(lock: &RLock, i: usize) -> LockGuard {
             .unwrap()
             .expect("granted"),
     }
-}
-
-/// Waits (at most 10 s) until `lock` is free. A waiter that gave up after it started to starve
-/// leaves in the background, and a release just before may hand it the lock for a moment.
-async fn freed(lock: &RLock) {
-    let free = eventually(Duration::from_secs(10), || async {
-        !lock.is_locked().await.unwrap()
-    });
-    assert!(free.await, "{} stays locked", lock.name());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,26 +10,10 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrisson::{Error, LockGuard, MultiGuard, MultiLock, RLock, RedLock, RedLockGuard};
+use ferrisson::{Error, LockGuard, MultiGuard, MultiLock, RedLock, RedLockGuard};
 use futures::future::join_all;
-use support::{Checker, RedisServer, client, eventually};
+use support::{Checker, RedisServer, client, freed, within};
 use tokio::sync::oneshot;
-
-/// `fut`, which must end within `within` (a deadlock fails the test instead of hanging it).
-async fn within<T>(within: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(within, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done within {within:?}"))
-}
-
-/// Waits (at most 10 s) until `lock` is free. A waiter that gave up after it started to starve
-/// leaves in the background, and a release just before may hand it the lock for a moment.
-async fn freed(lock: &RLock) {
-    let free = eventually(Duration::from_secs(10), || async {
-        !lock.is_locked().await.unwrap()
-    });
-    assert!(free.await, "{} stays locked", lock.name());
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nesting_in_with_lock_is_reentrant_through_any_handle() {

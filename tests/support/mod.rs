@@ -110,6 +110,26 @@ where
     }
 }
 
+/// `fut`, which must end within `within` (a deadlock fails the test instead of hanging it).
+pub async fn within<T>(
+    within: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::time::timeout(within, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done within {within:?}"))
+}
+
+/// Waits (at most 10 s) until `lock` is free. A waiter that gave up after it started to starve
+/// leaves in the background, and a release just before may hand it the lock for a moment.
+pub async fn freed(lock: &ferrisson::RLock) {
+    let free = eventually(Duration::from_secs(10), || async {
+        !lock.is_locked().await.unwrap()
+    });
+    assert!(free.await, "{} stays locked", lock.name());
+}
+
 /// Awaits every task, each within `within`, and returns their outputs in order; panics with
 /// `what` when one does not finish in time and with the task's own panic when it failed.
 pub async fn join_within<T>(
