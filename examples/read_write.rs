@@ -1,5 +1,6 @@
 //! A read-write lock: readers share a document, a writer waits for them and then works alone;
-//! the writer also reads (write→read reentry) and downgrades to a reader.
+//! the writer also reads (a read nested in the write hold's scope is the writer's own) and
+//! downgrades to a reader.
 //!
 //! Run with `cargo run --example read_write` (uses `REDIS_URL`, or starts its own redis-server).
 
@@ -30,7 +31,8 @@ async fn main() -> ferrisson::Result<()> {
     println!("writer asks while 3 readers are in");
     let write = doc.write_lock().lock().await?;
     println!("writer writes alone (token {})", write.fencing_token());
-    let read = doc.read_lock().lock().await?; // the writer may read too
+    // The writer may read too: a read nested in the write hold's scope is the writer's own.
+    let read = write.scope(doc.read_lock().lock()).await?;
     write.unlock().await?; // ... and is now a plain reader: others may read again
     let other = client.get_read_write_lock("doc:readme");
     let shared = other
@@ -44,7 +46,8 @@ async fn main() -> ferrisson::Result<()> {
 
     match doc.read_lock().lock().await {
         Ok(r) => {
-            let refused = doc.write_lock().try_lock().await;
+            // A write nested in a read hold's scope: refused at once, it would wait for itself.
+            let refused = r.scope(doc.write_lock().try_lock()).await;
             println!(
                 "a reader asking to write: {}",
                 refused
