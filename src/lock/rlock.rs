@@ -44,9 +44,10 @@ use crate::names;
 ///     let lock = shared.clone();
 ///     // Four acquisitions: one at a time inside.
 ///     workers.push(tokio::spawn(async move {
+///         let inner = lock.clone();
 ///         lock.with_lock(|token| async move {
 ///             // nested in the hold's work: one more hold, same token, no wait
-///             let again = lock.lock().await?;
+///             let again = inner.lock().await?;
 ///             assert_eq!(again.fencing_token(), token);
 ///             again.unlock().await
 ///         })
