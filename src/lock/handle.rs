@@ -127,7 +127,7 @@ impl Handle {
     }
 
     /// The hold of this lock whose scope the caller runs in, if any (never for an `RMutex`).
-    /// One task-id read and one task-local read (and a thread-local one outside any task).
+    /// Outside every scope: a task-local and a thread-local read.
     pub(crate) fn nesting(&self) -> Option<Nesting> {
         if self.single {
             return None;

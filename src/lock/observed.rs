@@ -37,9 +37,8 @@ impl Handle {
         let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
         let acquire = async {
             let nested = hold.or_else(|| self.nesting());
+            // Whether the hold still stands is asked under its holds' lock, by the attempt.
             let owner = match &nested {
-                // A hold given back or lost: the acquisition finds it gone.
-                Some(hold) if !hold.stands() => return Err(self.lost()),
                 Some(hold) => hold.owner.clone(),
                 None => self.new_owner(),
             };

@@ -40,7 +40,7 @@ impl Holder {
 
     /// Gives back one hold of `lease`; `holds` is the owner's hold count on this side, locked
     /// by the caller.
-    pub(crate) async fn release_observed(
+    async fn release_observed(
         &self,
         holds: &mut Holds,
         lease: &Arc<Lease>,

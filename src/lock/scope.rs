@@ -62,11 +62,6 @@ pub(crate) struct Nesting {
 }
 
 impl Nesting {
-    /// Whether the hold may still stand: not known lost, and a guard of it lives.
-    pub(crate) fn stands(&self) -> bool {
-        !self.lease.is_lost() && self.lease.guards().live > 0
-    }
-
     /// Whether the hold stands as far as `holds`, its side's count, says: counted, on the same
     /// lease, not known lost.
     pub(crate) fn held_in(&self, holds: &Holds) -> bool {
@@ -91,14 +86,13 @@ impl Scope {
     /// thread's (outside any task: a `block_on` future or plain code, never a task that the
     /// thread polls meanwhile).
     pub(crate) fn current() -> Option<Scope> {
-        let task = tokio::task::try_id();
+        // Outside every scope (the fast path) this reads two thread-locals, not the task id.
         if let Ok(scope) = TASK_SCOPE.try_with(Scope::clone) {
+            let task = tokio::task::try_id();
             return (scope.0.task.get() == Some(&task)).then_some(scope);
         }
-        if task.is_some() {
-            return None;
-        }
-        THREAD_SCOPE.with(|s| s.borrow().clone())
+        let scope = THREAD_SCOPE.with(|s| s.borrow().clone())?;
+        tokio::task::try_id().is_none().then_some(scope)
     }
 
     /// `outer` with `hold` of `key` innermost.
