@@ -399,6 +399,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Core {
                 owners: Owners::new(Uuid::new_v4()),
+                address: address.into(),
                 config,
                 executor,
                 hub,

@@ -16,6 +16,9 @@ use crate::watchdog::Watchdog;
 /// One client's shared machinery. Dropped with the last handle, guard and background task.
 pub(crate) struct Core {
     pub(crate) config: Config,
+    /// The server as errors name it: host and port (a cluster's first seed, the sentinels'
+    /// master), never credentials.
+    pub(crate) address: std::sync::Arc<str>,
     pub(crate) owners: Owners,
     pub(crate) executor: Executor,
     pub(crate) hub: Hub,

@@ -119,6 +119,19 @@ pub enum Error {
         errors: Vec<Error>,
     },
 
+    /// One part of a [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock) failed:
+    /// which lock, on which server, and why. [`Error::Multiple`] lists one per failed part.
+    #[error("lock `{name}` on {address}: {error}")]
+    Part {
+        /// The part's lock name.
+        name: String,
+        /// The server the part's client talks to (host and port, never credentials; the seed
+        /// nodes of a cluster, the sentinels' master name).
+        address: String,
+        /// What went wrong with that part.
+        error: Box<Error>,
+    },
+
     /// A [`RedLock`](crate::RedLock) could not reach a majority of its instances: fewer than
     /// `needed` of `total` answered (the others failed or did not answer in time).
     #[error("only {answered} of {total} redis instances answered; a quorum needs {needed}")]
