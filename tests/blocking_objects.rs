@@ -105,7 +105,7 @@ fn a_forced_open_renewed_guard_learns_it_is_lost() {
 }
 
 #[test]
-fn with_lock_runs_the_work_under_the_lock_and_reports_a_loss() {
+fn with_lock_runs_the_work_under_the_lock_and_returns_its_output_after_a_loss() {
     let server = RedisServer::start();
     let client = builder(&server)
         .watchdog_timeout(Duration::from_millis(300))
@@ -123,14 +123,15 @@ fn with_lock_runs_the_work_under_the_lock_and_reports_a_loss() {
         .unwrap();
     assert_eq!(answer, 7);
     assert!(!lock.is_locked().unwrap());
-    // Forced open while the work runs: the output is given up for LockLost.
+    // Forced open while the work runs: synchronous work cannot be stopped, so it ran to its
+    // end, and its output is the answer (the loss is logged and counted, not returned).
     let forcer = lock.clone();
     let lost = lock.with_lock(move |_| {
         elsewhere(move || forcer.force_unlock().unwrap());
         std::thread::sleep(Duration::from_millis(500)); // past the next renewal
         "work done"
     });
-    assert!(matches!(lost, Err(Error::LockLost { .. })), "{lost:?}");
+    assert_eq!(lost.unwrap(), "work done");
 }
 
 #[test]

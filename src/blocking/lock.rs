@@ -4,7 +4,9 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use super::{Blocker, LockGuard};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 
 /// A reentrant distributed lock, Redisson's `RLock`, for synchronous code: the blocking twin of
 /// [`ferrisson::RLock`](crate::RLock), whose documentation tells what each method does.
@@ -327,21 +329,25 @@ impl RLock {
     }
 
     /// Takes the lock (as [`lock`](Self::lock)), runs `work` with the hold's fencing token on
-    /// the calling thread, and gives the lock back, reporting the release's error. `work` runs
-    /// inside the hold's scope: an acquisition of this lock it makes on this thread is one more
-    /// hold of this one (threads it starts are outside).
+    /// the calling thread, and gives the lock back. `work` runs inside the hold's scope: an
+    /// acquisition of this lock it makes on this thread is one more hold of this one (threads it
+    /// starts are outside).
     ///
-    /// Unlike the async [`with_lock`](crate::RLock::with_lock), which drops its work at once,
-    /// synchronous work cannot be stopped from outside: a hold lost while `work` ran is found
-    /// when it returns, and its output is given up for [`Error::LockLost`]. Work that must stop
-    /// early takes the guard by hand and checks [`LockGuard::is_lost`] as it goes. Should
-    /// `work` panic, the guard is dropped on the way out, which releases the lock.
+    /// `Ok(output)` means `work` ran to its end, `Err` that it never ran (the acquire failed).
+    /// Synchronous work cannot be stopped from outside, so unlike the async
+    /// [`with_lock`](crate::RLock::with_lock) it always runs to its end once started, and its
+    /// output is the answer even when the hold was lost meanwhile or the release fails: what
+    /// `work` did is done, and an error would invite a retry of it. Either is logged (a WARN
+    /// naming the lock) and counted (`ferrisson_releases_total` with outcome `lost` or
+    /// `error`). Work that must stop when the hold is lost, or act on it, takes the guard by
+    /// hand and checks [`LockGuard::is_lost`] as it goes and the result of
+    /// [`LockGuard::unlock`]. Should `work` panic, the guard is dropped on the way out, which
+    /// releases the lock.
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock) for the acquire; [`Error::LockLost`] when the hold was lost
-    /// during `work` or found gone by the release; the release's other errors as
-    /// [`LockGuard::unlock`].
+    /// As [`lock`](Self::lock) for the acquire (`work` did not run). Never an error of the
+    /// release.
     ///
     /// # Examples
     ///
@@ -363,13 +369,16 @@ impl RLock {
         // thread, nests in it.
         let out = guard.scope(|| work(token));
         let lost = guard.is_lost();
-        match (guard.unlock(), lost) {
-            (Ok(()), false) => Ok(out),
-            (Err(e), false) => Err(e),
-            (_, true) => Err(Error::LockLost {
-                name: self.name().to_owned(),
-            }),
+        match guard.unlock() {
+            Err(_) if lost => tracing::warn!(
+                lock = %self.name(),
+                "the hold was lost while the work under the lock ran; the work ran to its end and \
+                 its output is returned, but it may have run beside another holder"
+            ),
+            Err(e) => crate::lock::scoped::released_late(self.name(), &e),
+            Ok(()) => {}
         }
+        Ok(out)
     }
 }
 

@@ -29,7 +29,7 @@ mod replies;
 mod rlock;
 mod rwlock;
 pub(crate) mod scope;
-mod scoped;
+pub(crate) mod scoped;
 pub(crate) mod wait;
 
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! Nesting, the public side of [`scope`](crate::lock::scope): `with_lock` (a hold that cannot
-//! outlive its work nor hide its release's error, whose work runs inside the hold's scope), and
+//! outlive its work, whose work runs inside the hold's scope and whose finished work is never
+//! reported as failed), and
 //! a guard's [`reenter`](LockGuard::reenter), [`scope`](LockGuard::scope) and
 //! [`hold_count`](LockGuard::hold_count).
 
@@ -15,10 +16,19 @@ use crate::lock::scope::{Nesting, Scope};
 
 impl RLock {
     /// Takes the lock (as [`lock`](Self::lock) does), runs `work` with the hold's fencing
-    /// token, and gives the lock back, reporting the release's error. If the hold is lost while
-    /// `work` runs ([`LockGuard::lost`](crate::LockGuard::lost)), `work` is dropped at once (it
-    /// stops at its next `.await`) and the answer is [`Error::LockLost`]: nothing it would
-    /// still do could be trusted to be alone.
+    /// token, and gives the lock back. If the hold is lost while `work` runs
+    /// ([`LockGuard::lost`](crate::LockGuard::lost)), `work` is dropped at once (it stops at its
+    /// next `.await`) and the answer is [`Error::LockLost`]: nothing it would still do could be
+    /// trusted to be alone.
+    ///
+    /// The answer tells the two outcomes apart: `Ok(output)` means `work` ran to its end;
+    /// `Err` means it never ran (the acquire failed) or was stopped ([`Error::LockLost`]). Once
+    /// `work` has finished, its output is the answer even when the release then fails (Redis
+    /// paused or restarting, the lease run out at the end): what `work` did is done, and an
+    /// error would invite a retry of it. Such a failed release is logged (a WARN naming the
+    /// lock and the error), counted (`ferrisson_releases_total` with outcome `error` or `lost`),
+    /// and set right as far as it can be: the hold is removed in the background, or runs out
+    /// with its lease.
     ///
     /// `work` runs inside the hold's scope: an acquisition of this lock that `work` makes
     /// (through any handle of the client and name; a read inside a write hold's work) is one
@@ -27,16 +37,15 @@ impl RLock {
     /// any other acquisition.
     ///
     /// It reads better than the guard by hand where the work is one block: the release cannot
-    /// be forgotten, a lost lease stops the work without a `select!`, and an error of the
-    /// release (the lease ran out at the end, Redis gone) is the answer instead of a dropped
-    /// `Result`. Take the guard by hand to hand it to other tasks, or to decide what to do on a
-    /// loss yourself.
+    /// be forgotten, and a lost lease stops the work without a `select!`. Take the guard by hand
+    /// to hand it to other tasks, to decide what to do on a loss yourself, or to act on the
+    /// release's own result.
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock) for the acquire; [`Error::LockLost`] when the hold was lost
-    /// during `work` or found gone by the release; the release's other errors as
-    /// [`LockGuard::unlock`](crate::LockGuard::unlock). `work`'s output is given up then.
+    /// As [`lock`](Self::lock) for the acquire (`work` did not run); [`Error::LockLost`] when
+    /// the hold was lost while `work` ran (`work` was stopped, its output is gone). Never an
+    /// error of the release.
     ///
     /// # Cancel safety
     ///
@@ -71,15 +80,29 @@ impl RLock {
             out = work => Some(out),
             () = guard.lost() => None,
         };
-        let released = guard.unlock().await;
-        match (done, released) {
-            (Some(out), Ok(())) => Ok(out),
-            (None, _) => Err(Error::LockLost {
+        let Some(out) = done else {
+            // Stopped: the release only tidies up (the hold is gone); the loss is the answer.
+            let _ = guard.unlock().await;
+            return Err(Error::LockLost {
                 name: self.name().to_owned(),
-            }),
-            (Some(_), Err(e)) => Err(e),
+            });
+        };
+        if let Err(e) = guard.unlock().await {
+            released_late(self.name(), &e);
         }
+        Ok(out)
     }
+}
+
+/// The WARN of a release that failed after `with_lock`'s work ran to its end (the async and the
+/// blocking one): the output is still the answer, so this line is where the failure shows.
+pub(crate) fn released_late(name: &str, error: &Error) {
+    tracing::warn!(
+        lock = %name,
+        error = %error,
+        "the work under the lock ran to its end, but its release failed; the work's output is \
+         returned all the same, and the hold is removed in the background or runs out with its lease"
+    );
 }
 
 impl LockGuard {

@@ -123,6 +123,7 @@ scripts! {
     LOCK_RELEASE => "lock_release" listed as LOCK_RELEASE_LIST,
     LOCK_HANDOVER => "lock_handover" listed as LOCK_HANDOVER_LIST after "clock",
     LOCK_RENEW => "lock_renew",
+    HOLDS_PRESENT => "holds_present",
     LOCK_REPAIR => "lock_repair",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",
     LOCK_INSPECT => "lock_inspect",

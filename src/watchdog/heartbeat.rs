@@ -1,13 +1,14 @@
 //! The heartbeat: while the client holds leases the watchdog keeps, a call every second that
-//! finds out whether what it holds may be gone (a restart, a cut connection, a failover), so the
-//! watchdog re-checks every hold at once instead of at its next renewal.
+//! finds out whether what it holds is gone: each hold removed by somebody else (DEL, FLUSHALL, a
+//! forced unlock) is marked lost at once; and a failed call (a restart, a cut connection) or a
+//! failover has the watchdog re-check every hold at once instead of at its next renewal.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{RECHECK_RETRY, Shared};
-use crate::script::{Executor, LOCK_RENEW, ScriptCall};
+use super::{RECHECK_RETRY, Shared, check};
+use crate::script::Executor;
 
 /// How often the client makes sure its connection still stands while it holds renewed leases.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -16,9 +17,11 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// a second that what it holds may be gone, and the watchdog re-checks every hold (at once, and
 /// every [`RECHECK_RETRY`] until a round gets through). Its own task, so that a server that does
 /// not answer delays no renewal.
-/// - On one server (alone, or a sentinel's master) an empty renewal (the ACL rule the client
-///   needs anyway covers it): when it fails the server restarted or the connection was cut, and
-///   the connection is given up, so the next call opens a new one.
+/// - Everywhere, a presence check of every hold (`lua/holds_present.lua`, one call for up to 500
+///   holds; on a cluster one per slot): a hold it finds gone is lost, and its holder hears so.
+/// - On one server (alone, or a sentinel's master) that is the whole beat: when it fails the
+///   server restarted or the connection was cut, and the connection is given up, so the next
+///   call opens a new one.
 /// - On a cluster, `CLUSTER SLOTS` (which the redis crate needs anyway): when it fails, or names
 ///   other masters than a second before, a master died or a failover happened. A probe sent to
 ///   every master would not do: the redis crate leaves a node it cannot reach out of such a call
@@ -29,7 +32,6 @@ pub(super) async fn heartbeat(
     mut shutdown: watch::Receiver<()>,
 ) {
     let cluster = executor.target().is_cluster();
-    let probe = ScriptCall::new(&LOCK_RENEW).arg(1);
     let mut slots = redis::cmd("CLUSTER");
     slots.arg("SLOTS");
     // The masters a cluster named at the last heartbeat while holding.
@@ -41,29 +43,37 @@ pub(super) async fn heartbeat(
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(pause) => {}
         }
-        let holding = match shared.upgrade() {
-            Some(shared) => !shared.registry().entries.is_empty(),
+        let holds = match shared.upgrade() {
+            Some(shared) => super::live(&shared),
             None => return,
         };
-        if !holding {
+        if holds.is_empty() {
             masters = None;
             pause = HEARTBEAT;
             continue;
         }
+        // The presence check is the beat on one server (it fails like any call when the server
+        // restarted or the connection was cut); a cluster's beat is `CLUSTER SLOTS` beside it.
+        let looked = check::gone(&executor, holds);
         let beat = if cluster {
-            executor
-                .read::<redis::Value>(&slots, "heartbeat")
-                .await
-                .map(|map| {
-                    let now = masters_digest(&map);
-                    masters.replace(now).is_some_and(|before| before != now)
-                })
+            let listed = executor.read::<redis::Value>(&slots, "heartbeat");
+            let (listed, looked) = futures::future::join(listed, looked).await;
+            listed.and_then(|map| {
+                let now = masters_digest(&map);
+                let moved = masters.replace(now).is_some_and(|before| before != now);
+                looked.map(|gone| (moved, gone))
+            })
         } else {
-            executor
-                .run::<Vec<i64>>(&probe, "heartbeat")
-                .await
-                .map(|_| false)
+            looked.await.map(|gone| (false, gone))
         };
+        let beat = beat.map(|(moved, gone)| {
+            if let Some(shared) = shared.upgrade() {
+                for (id, renewal) in &gone {
+                    super::found_gone(&shared, *id, renewal);
+                }
+            }
+            moved
+        });
         pause = match beat {
             Ok(false) => HEARTBEAT,
             Ok(true) => {

@@ -471,6 +471,37 @@ fn settle(
     }
 }
 
+/// Every hold whose lease is not known lost, for a presence check.
+fn live(shared: &Shared) -> Vec<(u64, Arc<Renewal>)> {
+    shared
+        .registry()
+        .entries
+        .iter()
+        .filter(|(_, e)| !e.renewal.lease.is_lost())
+        .map(|(id, e)| (*id, e.renewal.clone()))
+        .collect()
+}
+
+/// A presence check found the hold of entry `id` gone: its lease is lost, unless the entry was
+/// given up meanwhile (released: then the hold is gone because its guard gave it back).
+fn found_gone(shared: &Shared, id: u64, renewal: &Arc<Renewal>) {
+    let mut registry = shared.registry();
+    let ours = registry
+        .entries
+        .get(&id)
+        .is_some_and(|e| Arc::ptr_eq(&e.renewal, renewal));
+    if ours {
+        crate::observe::lease_lost(
+            &renewal.labels,
+            renewal.target.key(),
+            crate::observe::Lost::NotHeld,
+            None,
+        );
+        renewal.lease.mark_lost();
+        registry.entries.remove(&id);
+    }
+}
+
 /// Makes every lease due now; returns whether there is any.
 fn all_due(shared: &Shared) -> bool {
     let now = Instant::now();
