@@ -438,11 +438,14 @@ impl Lost {
 /// The watchdog found the lease of `name` lost.
 pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&Error>) {
     let reason = why.as_str();
-    match error {
-        Some(e) => {
+    match (why, error) {
+        (_, Some(e)) => {
             tracing::warn!(lock = %name, kind = labels.kind, reason, error = %e, "lease lost: renewals failed until its deadline")
         }
-        None => {
+        (Lost::Expired, None) => {
+            tracing::warn!(lock = %name, kind = labels.kind, reason, "lease lost: renewals failed until its deadline")
+        }
+        (Lost::NotHeld, None) => {
             tracing::warn!(lock = %name, kind = labels.kind, reason, "lease lost: the lock is no longer ours")
         }
     }

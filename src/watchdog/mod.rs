@@ -147,6 +147,8 @@ struct Entry {
     in_flight: bool,
     /// A fixed lease: never renewed, only re-checked after a connection change.
     checked_only: bool,
+    /// The last renewal or check failed: a lease that runs out now ran out for want of them.
+    failing: bool,
 }
 
 /// How the watchdog keeps a hold.
@@ -231,6 +233,7 @@ impl Watchdog {
             next_due,
             in_flight: false,
             checked_only: how == Watch::Check,
+            failing: false,
         };
         let mut registry = self.shared.registry();
         let id = registry.next_id;
@@ -442,6 +445,7 @@ fn settle(
         return;
     };
     entry.in_flight = false;
+    entry.failing = matches!(answer, Answer::Failed(_));
     let lost = |how, e| {
         crate::observe::lease_lost(&renewal.labels, renewal.target.key(), how, e);
     };
@@ -519,6 +523,18 @@ fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>, bool)>
     let mut due = Vec::new();
     registry.entries.retain(|id, entry| {
         if entry.renewal.lease.is_lost() {
+            // Its deadline passed between a failed renewal and the retry: it expired, and is
+            // counted as such like one that expires while a renewal is on its way.
+            if entry.failing {
+                let renewal = &entry.renewal;
+                let key = renewal.target.key();
+                crate::observe::lease_lost(
+                    &renewal.labels,
+                    key,
+                    crate::observe::Lost::Expired,
+                    None,
+                );
+            }
             return false;
         }
         if !entry.in_flight && entry.next_due <= horizon {
