@@ -113,6 +113,7 @@ mod guard;
 mod lock;
 mod permits;
 mod rwlock;
+mod signal;
 mod sync;
 
 use std::future::Future;
@@ -125,6 +126,7 @@ pub use guard::LockGuard;
 pub use lock::{RFairLock, RFencedLock, RLock};
 pub use permits::{PermitGuard, RPermitExpirableSemaphore};
 pub use rwlock::RReadWriteLock;
+pub use signal::OnSignal;
 pub use sync::{RCountDownLatch, RMutex, RSemaphore};
 
 use crate::error::{Error, Result};
