@@ -199,3 +199,80 @@ async fn a_silent_redis_does_not_keep_the_process_alive() {
     assert_eq!(status, Some(130));
     assert!(took < Duration::from_secs(10), "ended after {took:?}");
 }
+
+/// In this process: `on_signal`, then SIGINT to itself. Every kind of hold its guards stand for
+/// goes back (two nested holds of one acquisition, a fair lock, each side of a read-write lock,
+/// a fixed lease, permits), the live guards learn they are lost, and the client takes on no
+/// new acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_hold_goes_back_and_its_guards_learn_it() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let stop = client.on_signal().unwrap();
+    let outer = client.get_lock("plain").lock().await.unwrap();
+    let nested = outer.reenter().await.unwrap();
+    let fair = client.get_fair_lock("fair").lock().await.unwrap();
+    let read = client.get_read_write_lock("rw-read").read_lock();
+    let read = read.lock().await.unwrap();
+    let write = client.get_read_write_lock("rw-write").write_lock();
+    let write = write.lock().await.unwrap();
+    let fixed = client.get_lock("fixed");
+    let fixed = fixed
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let semaphore = client.get_permit_expirable_semaphore("slots");
+    semaphore.try_set_permits(2).await.unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    assert_eq!(stop.received(), None);
+
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let signal = tokio::time::timeout(Duration::from_secs(5), stop)
+        .await
+        .expect("the holds are given back in time");
+    assert_eq!(signal, ferrisson::Signal::Interrupt);
+
+    let lost = [
+        outer.is_lost(),
+        nested.is_lost(),
+        fair.is_lost(),
+        read.is_lost(),
+        write.is_lost(),
+        fixed.is_lost(),
+        permit.is_lost(),
+    ];
+    assert_eq!(lost, [true; 7], "every live guard learns its hold is gone");
+    let other = support::client(&server).await;
+    let mut taken = Vec::new();
+    for lock in [
+        other.get_lock("plain"),
+        other.get_fair_lock("fair"),
+        other.get_read_write_lock("rw-read").write_lock(),
+        other.get_read_write_lock("rw-write").write_lock(),
+        other.get_lock("fixed"),
+    ] {
+        let guard = lock.try_lock().await.unwrap();
+        taken.push(guard.unwrap_or_else(|| panic!("{} is still taken", lock.name())));
+    }
+    let slots = other.get_permit_expirable_semaphore("slots");
+    assert_eq!(slots.available_permits().await.unwrap(), 2);
+    assert!(matches!(
+        client.get_lock("new").try_lock().await,
+        Err(ferrisson::Error::Closed)
+    ));
+    // Dropping the guards now sends nothing that could touch the new holders' locks.
+    drop((outer, nested, fair, read, write, fixed, permit));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for guard in taken {
+        assert!(
+            !guard.is_lost(),
+            "{} is still the new holder's",
+            guard.name()
+        );
+        guard.unlock().await.unwrap();
+    }
+}
