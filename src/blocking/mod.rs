@@ -55,7 +55,8 @@
 //! blocking the dropping thread (failures are logged with `tracing`; the lease frees what the
 //! release could not). The drop of a client's last handle waits up to 1 s for such releases, so
 //! a `main` that returns with a guard alive still gives the lock back; a process that ends with
-//! `std::process::exit` calls [`Client::close`] first.
+//! `std::process::exit` calls [`Client::close`] first. For Ctrl-C and SIGTERM, which end a
+//! process without dropping anything, [`Client::close_on_signal`] gives every hold back first.
 //!
 //! # Where it may be called: threads that may block
 //!
