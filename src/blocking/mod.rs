@@ -189,7 +189,10 @@ impl Blocker {
 /// another. Here [`may_block`] alone decides, and nothing panics.
 fn drive<F: Future>(runtime: &tokio::runtime::Handle, work: F) -> F::Output {
     let _context = runtime.enter();
-    let waker = WAKER.with(Waker::clone);
+    // A thread whose locals are being destroyed (a call from a thread-local's drop) makes one.
+    let waker = WAKER
+        .try_with(Waker::clone)
+        .unwrap_or_else(|_| Waker::from(Arc::new(Unpark(std::thread::current()))));
     let mut cx = Context::from_waker(&waker);
     let mut work = std::pin::pin!(work);
     loop {
