@@ -3,7 +3,11 @@
 //! job on another machine would never bill one twice; a semaphore keeps at most two calls to the
 //! (pretend) payment provider in flight fleet-wide; a count-down latch tells the coordinator
 //! when every invoice is done. One worker stalls in blocking work for three watchdog leases,
-//! and keeps its lock, renewed by the client's own thread.
+//! and keeps its lock, renewed by the client's own thread. Ctrl-C (or SIGTERM) gives back every
+//! invoice lock held at that moment before the job exits (`close_on_signal`), so a rerun does not
+//! wait for leases. (The provider semaphore's permits are counts, not holds: an `RSemaphore`
+//! permit taken when the job is stopped stays taken; `RPermitExpirableSemaphore` is the one whose
+//! permits come back.)
 //!
 //! Run with `cargo run --example blocking` (uses `REDIS_URL`, or starts its own redis-server).
 
@@ -27,6 +31,8 @@ fn main() -> ferrisson::Result<()> {
         // Short, to show it: invoice 5 takes three leases.
         .watchdog_timeout(watchdog)
         .build()?;
+    // One step for a clean Ctrl-C: the worker threads need not notice it.
+    client.close_on_signal()?;
     let run = client.id().simple().to_string()[..8].to_owned();
     let provider = client.get_semaphore(&format!("blocking-example:{run}:provider"));
     provider.try_set_permits(2)?;

@@ -83,6 +83,45 @@ impl Core {
         });
     }
 
+    /// Lists a hold its guard stands for (see [`live`](crate::live)); returns its id. Once the
+    /// client gives its holds back on a signal, a new one is given back at once instead.
+    pub(crate) fn list_hold(&self, hold: crate::live::Hold) -> u64 {
+        let (id, refused) = self.pending.holds.list(hold);
+        if let Some((hold, lose)) = refused {
+            self.give_back(hold, lose);
+        }
+        id
+    }
+
+    /// The listed hold `id` was given back by its guards.
+    pub(crate) fn unlist_hold(&self, id: u64) {
+        self.pending.holds.unlist(id);
+    }
+
+    /// Gives back `hold` from the client's thread, over its own connection (a caller's runtime
+    /// blocked in synchronous work cannot hold it up), counted as background work; once done,
+    /// the hold's guards find it lost if `lose` says so. Nothing when its guards gave it back
+    /// meanwhile.
+    pub(crate) fn give_back(&self, hold: crate::live::Hold, lose: crate::live::Lose) {
+        let Some((name, giving_back)) = hold.giving_back() else {
+            return;
+        };
+        let lease = hold.lease;
+        let what = name.clone();
+        self.spawn_release(name, async move {
+            match giving_back.await {
+                Ok(()) => {
+                    if let (Some(lease), crate::live::Lose::Tell) = (lease.upgrade(), lose) {
+                        lease.mark_lost();
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(name = %what, error = %e, "giving a hold back failed; its lease frees it");
+                }
+            }
+        });
+    }
+
     /// `work`, counted as pending (see [`Pending`](crate::pending::Pending)) until it ends;
     /// `own`: it goes over the client thread's own connection.
     fn counted<F>(

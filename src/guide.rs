@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`semantics`] | leases and the watchdog, lost leases, owners and reentrancy, fencing tokens, drop and cancellation |
 //! | [`waiting`] | how waiters wake, fairness, how long each call may take, handover inside one client |
-//! | [`lifecycle`] | one client per process, runtimes, ending a process with `close` |
+//! | [`lifecycle`] | one client per process, runtimes, ending a process: `close`, Ctrl-C and SIGTERM (`close_on_signal`), crashes and panics |
 //! | [`faults`] | what survives a restart, a failover or an eviction; retries and repairs; errors |
 //! | [`locks`] | `RLock`, `RFairLock`, `RReadWriteLock` (and writer preference), `RFencedLock`, `RMutex` |
 //! | [`semaphores`] | `RSemaphore` and `RPermitExpirableSemaphore` |

@@ -45,6 +45,8 @@ pub(crate) struct Guards {
     /// The watchdog registration keeping this lease, and how: renewed while a live guard wants
     /// it renewed, else only re-checked after connection changes while any guard lives.
     pub(crate) watch: Option<(u64, crate::watchdog::Watch)>,
+    /// The lease's id in the client's [live holds](crate::live) while a guard of it lives.
+    pub(crate) listed: Option<u64>,
 }
 
 impl Lease {

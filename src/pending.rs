@@ -1,6 +1,7 @@
 //! Background work under way on the client's thread (releases of dropped guards, repairs, the
 //! undo of a handover, leaving a fair queue), so that the end of a process can wait for it:
-//! [`Client::close`](crate::Client::close), and the drop of a client's last handle.
+//! [`Client::close`](crate::Client::close), and the drop of a client's last handle. Next to it,
+//! the holds still live, which the end of a process on a signal gives back.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,6 +15,8 @@ pub(crate) struct Pending {
     idle: Condvar,
     /// The same, for an async wait.
     idle_async: tokio::sync::Notify,
+    /// The holds the client's guards stand for now.
+    pub(crate) holds: crate::live::LiveHolds,
 }
 
 #[derive(Debug, Default)]

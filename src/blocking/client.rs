@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{
     Blocker, RCountDownLatch, RFairLock, RFencedLock, RLock, RMutex, RPermitExpirableSemaphore,
-    RReadWriteLock, RSemaphore, outside_runtime,
+    RReadWriteLock, RSemaphore, may_block,
 };
 use crate::error::{Error, Result};
 use crate::lock::RwPolicy;
@@ -15,8 +15,9 @@ use crate::lock::RwPolicy;
 /// blocking methods. See [the module](crate::blocking) for how it works and what differs.
 ///
 /// Cloning is cheap and shares everything. Its objects' holds belong to the calling thread.
-/// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called inside a
-/// Tokio runtime.
+/// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called from async
+/// code; inside `spawn_blocking` or `block_in_place` it works (see [where it may be
+/// called](crate::blocking#where-it-may-be-called-threads-that-may-block)).
 ///
 /// # Examples
 ///
@@ -41,7 +42,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`Error::InsideRuntime`] in async code; otherwise as
     /// [`ClientBuilder::build`].
     ///
     /// # Examples
@@ -269,7 +270,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime (nothing is closed then).
+    /// [`Error::InsideRuntime`] in async code (nothing is closed then).
     ///
     /// # Examples
     ///
@@ -283,7 +284,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn close(self) -> Result<Vec<String>> {
-        outside_runtime()?;
+        may_block()?;
         let Client { client, blocker } = self;
         blocker.run(client.close())
     }
@@ -452,13 +453,14 @@ impl ClientBuilder {
 
     /// Checks the settings, connects and loads the scripts, blocking the calling thread.
     ///
-    /// The async client is built in a short-lived runtime on the calling thread, which is then
-    /// dropped; the command connection is opened again on the client's own thread before this
-    /// returns, so nothing the client keeps depends on a runtime that has ended.
+    /// The async client is built in a short-lived runtime on a short-lived thread, both gone
+    /// before this returns; the command connection is opened again on the client's own thread,
+    /// so nothing the client keeps depends on a runtime that has ended.
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`Error::InsideRuntime`] in async code (see [where it may be
+    /// called](crate::blocking#where-it-may-be-called-threads-that-may-block)); otherwise as
     /// [`ferrisson::ClientBuilder::build`](crate::ClientBuilder::build): [`Error::Config`],
     /// [`Error::Connect`], [`Error::PermissionDenied`], [`Error::Redis`].
     ///
@@ -470,23 +472,35 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn build(self) -> Result<Client> {
-        outside_runtime()?;
-        let starter = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::Redis(
-                    std::io::Error::new(
-                        e.kind(),
-                        format!("cannot start a runtime to build in: {e}"),
-                    )
+        may_block()?;
+        let builder = self.builder;
+        // A thread of its own: the calling thread may have entered a runtime (a
+        // `spawn_blocking` closure), where starting another one is refused.
+        let built = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("ferrisson-build".to_owned())
+                .spawn_scoped(scope, move || {
+                    let starter = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    let built = starter.block_on(builder.build());
+                    // Dropped before any use: the connection opened in it is known dead from
+                    // now on, so the next command opens one on the client's thread.
+                    drop(starter);
+                    Ok(built)
+                })
+                .and_then(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+        })
+        .map_err(|e| {
+            Error::Redis(
+                std::io::Error::new(e.kind(), format!("cannot start a runtime to build in: {e}"))
                     .into(),
-                )
-            })?;
-        let built = starter.block_on(self.builder.build());
-        // Dropped before any use: the connection opened in it is known dead from now on, so
-        // the next command opens one on the client's thread.
-        drop(starter);
+            )
+        })?;
         let client = built?;
         let blocker = Blocker::of(&client.inner);
         // That next command, now, so a failure shows here (and combinators over several

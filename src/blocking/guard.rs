@@ -66,7 +66,7 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime (the guard
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code (the guard
     /// is dropped then, which releases the hold in the background);
     /// [`Error::LockLost`](crate::Error::LockLost) when the hold was already gone;
     /// [`Error::Redis`](crate::Error::Redis) when Redis could not be reached, in which case the
@@ -92,7 +92,7 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime;
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code;
     /// [`Error::LockLost`](crate::Error::LockLost) when this hold is gone;
     /// [`Error::Redis`](crate::Error::Redis) when Redis fails.
     ///
@@ -142,7 +142,7 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime;
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code;
     /// [`Error::Redis`](crate::Error::Redis).
     ///
     /// # Examples
@@ -195,7 +195,7 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime.
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code.
     ///
     /// # Examples
     ///
@@ -236,7 +236,7 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime.
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code.
     ///
     /// # Examples
     ///

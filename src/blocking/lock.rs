@@ -17,8 +17,9 @@ use crate::error::Result;
 /// or [`LockGuard::scope`], or taken with [`LockGuard::reenter`]) is reentrant: one more hold,
 /// same token, no wait. The fair lock and both sides of a read-write lock are `RLock`s too.
 ///
-/// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called inside a
-/// Tokio runtime.
+/// Every method that talks to Redis fails with [`Error::InsideRuntime`] when called from async
+/// code; inside `spawn_blocking` or `block_in_place` it works (see [where it may be
+/// called](crate::blocking#where-it-may-be-called-threads-that-may-block)).
 ///
 /// # Examples
 ///
@@ -125,7 +126,7 @@ impl RLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime; [`Error::InvalidArgument`] for a
+    /// [`Error::InsideRuntime`] in async code; [`Error::InvalidArgument`] for a
     /// malformed name, [`Error::WrongType`] when the key holds something else, [`Error::Redis`]
     /// when Redis fails or does not answer within the response timeout.
     ///

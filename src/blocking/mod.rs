@@ -27,9 +27,9 @@
 //!
 //! Every async client owns a thread, `ferrisson-client`, running a small Tokio runtime: the
 //! watchdog, the pub/sub hub, the connections' drivers and the releases of dropped guards run
-//! there. A blocking call runs its future on the calling thread, driven by that runtime's
-//! handle (`Handle::block_on`): the calling thread sleeps until Redis answered, while the
-//! client's thread does the I/O.
+//! there. A blocking call polls its future on the calling thread, within that runtime's
+//! context: the calling thread sleeps until Redis answered, while the client's thread does the
+//! I/O.
 //!
 //! # Owners: the acquisition
 //!
@@ -55,16 +55,39 @@
 //! blocking the dropping thread (failures are logged with `tracing`; the lease frees what the
 //! release could not). The drop of a client's last handle waits up to 1 s for such releases, so
 //! a `main` that returns with a guard alive still gives the lock back; a process that ends with
-//! `std::process::exit` calls [`Client::close`] first.
+//! `std::process::exit` calls [`Client::close`] first. For Ctrl-C and SIGTERM, which end a
+//! process without dropping anything, [`Client::close_on_signal`] gives every hold back first.
 //!
-//! # Not inside an async runtime
+//! # Where it may be called: threads that may block
 //!
-//! A blocking call made on a thread inside a Tokio runtime (an `async fn`, a task, a
-//! `block_on`; also `spawn_blocking` and `Runtime::enter`, which Tokio does not let a library
-//! tell apart) fails at once with [`Error::InsideRuntime`], before
-//! anything is sent, instead of stalling the runtime or deadlocking. Async code uses the async
-//! API, for which [`Client::as_async`] hands out the same client. Dropping guards and handles
-//! is fine anywhere.
+//! A blocking call may be made wherever the calling thread may block: a thread of your own (or
+//! `main`), a `tokio::task::spawn_blocking` closure, a `tokio::task::block_in_place` closure on
+//! a multi-thread runtime, a thread that only entered a runtime (`Runtime::enter`). Those
+//! threads run no other task meanwhile, and the call's I/O is done by the client's own thread,
+//! never by the caller's runtime, so it cannot deadlock there either.
+//!
+//! It is refused where the calling thread runs async code: inside an `async fn` or a task
+//! (their poll), or inside a `block_on`'s future (`#[tokio::main]`'s and `#[tokio::test]`'s
+//! bodies among them). Blocking there would stall the runtime's other tasks, or deadlock a
+//! current-thread runtime whose only thread it is. Such a call fails at once with
+//! [`Error::InsideRuntime`], before anything is sent. Async code uses the async API, for which
+//! [`Client::as_async`] hands out the same client; or it moves the blocking call to
+//! `spawn_blocking`. Dropping guards and handles is fine anywhere.
+//!
+//! | called from | |
+//! |---|---|
+//! | a plain thread, `main` without a runtime | works |
+//! | `spawn_blocking`'s closure (any runtime) | works |
+//! | `block_in_place`'s closure (multi-thread runtime) | works |
+//! | under `Runtime::enter()`, outside any `block_on` | works |
+//! | an `async fn`, a task (any runtime) | [`Error::InsideRuntime`] |
+//! | a `block_on`'s future (`#[tokio::main]`, `#[tokio::test]`) | [`Error::InsideRuntime`] |
+//!
+//! Tokio has no public way to ask whether the calling thread is inside a poll; ferrisson tells
+//! by the cooperative budget Tokio gives every poll and lifts on the threads that may block.
+//! A future wrapped in `tokio::task::coop::unconstrained` runs without that budget, so a
+//! blocking call inside it is not recognised: it blocks that thread (the call still completes,
+//! its I/O being on the client's thread).
 //!
 //! ```no_run
 //! # async fn demo(client: ferrisson::blocking::Client) {
@@ -72,6 +95,10 @@
 //! assert!(matches!(refused, Err(ferrisson::Error::InsideRuntime)));
 //! let guard = client.as_async().get_lock("jobs").lock().await; // the async API instead
 //! # drop(guard);
+//! // Or the blocking API on a thread that may block:
+//! let lock = client.get_lock("jobs");
+//! let held = tokio::task::spawn_blocking(move || lock.lock().map(drop)).await;
+//! # drop(held);
 //! # }
 //! ```
 //!
@@ -87,9 +114,12 @@ mod guard;
 mod lock;
 mod permits;
 mod rwlock;
+mod signal;
 mod sync;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 pub use client::{Client, ClientBuilder};
 pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
@@ -97,6 +127,7 @@ pub use guard::LockGuard;
 pub use lock::{RFairLock, RFencedLock, RLock};
 pub use permits::{PermitGuard, RPermitExpirableSemaphore};
 pub use rwlock::RReadWriteLock;
+pub use signal::OnSignal;
 pub use sync::{RCountDownLatch, RMutex, RSemaphore};
 
 use crate::error::{Error, Result};
@@ -121,15 +152,16 @@ impl Blocker {
 
     /// Runs `work` on the calling thread until it is done.
     ///
-    /// `tokio::task::try_id()` is `None` in a `block_on`: the thread's scope (a blocking
-    /// `with_lock`'s closure) is the one its acquisitions nest in.
+    /// The work sees the task id the thread had (`None` on a plain thread, the blocking task's
+    /// inside `spawn_blocking`): the thread's scope (a blocking `with_lock`'s closure) is the
+    /// one its acquisitions nest in.
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] when the calling thread is inside a Tokio runtime.
+    /// [`Error::InsideRuntime`] when the calling thread runs async code (see [`may_block`]).
     pub(crate) fn run<F: Future>(&self, work: F) -> Result<F::Output> {
-        outside_runtime()?;
-        Ok(self.runtime.block_on(work))
+        may_block()?;
+        Ok(drive(&self.runtime, work))
     }
 
     /// As [`run`](Self::run), for work that answers a `Result` itself.
@@ -149,11 +181,83 @@ impl Blocker {
     }
 }
 
-/// `Err(Error::InsideRuntime)` when the calling thread is inside a Tokio runtime, where blocking
-/// would stall it (Tokio's `block_on` panics there).
-pub(crate) fn outside_runtime() -> Result<()> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Err(Error::InsideRuntime),
-        Err(_) => Ok(()),
+/// Polls `work` on the calling thread, parking it between polls, inside `runtime`'s context so
+/// that its timers and sockets belong to that runtime, whose own thread drives them.
+///
+/// Not `Handle::block_on`: Tokio's refuses, with a panic, every thread that entered a runtime's
+/// poll, also one whose budget was lifted; and a `futures` executor refuses one nested in
+/// another. Here [`may_block`] alone decides, and nothing panics.
+fn drive<F: Future>(runtime: &tokio::runtime::Handle, work: F) -> F::Output {
+    let _context = runtime.enter();
+    // A thread whose locals are being destroyed (a call from a thread-local's drop) makes one.
+    let waker = WAKER
+        .try_with(Waker::clone)
+        .unwrap_or_else(|_| Waker::from(Arc::new(Unpark(std::thread::current()))));
+    let mut cx = Context::from_waker(&waker);
+    let mut work = std::pin::pin!(work);
+    loop {
+        if let Poll::Ready(out) = work.as_mut().poll(&mut cx) {
+            return out;
+        }
+        // A wake-up that came before this park makes it return at once: none is missed.
+        std::thread::park();
     }
+}
+
+/// Unparks the thread it was made on.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    /// The calling thread's waker, made once per thread.
+    static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+}
+
+/// `Err(Error::InsideRuntime)` when the calling thread runs async code: a task's poll, or a
+/// `block_on`'s future. Blocking there stalls the runtime's other tasks, or deadlocks a
+/// current-thread runtime. Threads that may block pass: plain ones, and inside a runtime
+/// `spawn_blocking`'s and `block_in_place`'s closures, or a thread that only entered it.
+pub(crate) fn may_block() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_err() || !polling() {
+        return Ok(());
+    }
+    Err(Error::InsideRuntime)
+}
+
+/// Whether the calling thread is inside a runtime's poll (of a task, or of a `block_on`'s
+/// future).
+///
+/// Tokio has no public way to ask. But it gives each such poll a cooperative budget (at most
+/// `u8::MAX` units), and lifts it where a thread may block: `spawn_blocking`'s closure,
+/// `block_in_place`'s (Tokio: "blocking sections are not constrained by task budgets").
+/// So the budget is spent here until it runs out, which happens within `u8::MAX + 1` units
+/// inside a poll and never outside; then given back as it was (the first unit's restore, not
+/// marked as progress, puts back the value from before the probe).
+fn polling() -> bool {
+    use tokio::task::coop::poll_proceed;
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready(first) = poll_proceed(&mut cx) else {
+        return true;
+    };
+    for _ in 0..u8::MAX {
+        match poll_proceed(&mut cx) {
+            // Not restored one by one: only `first` puts the budget back, once.
+            Poll::Ready(spent) => spent.made_progress(),
+            Poll::Pending => {
+                drop(first);
+                return true;
+            }
+        }
+    }
+    drop(first);
+    false
 }

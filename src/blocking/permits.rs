@@ -346,7 +346,7 @@ impl PermitGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime.
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code.
     ///
     /// # Examples
     ///
@@ -381,7 +381,7 @@ impl PermitGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a Tokio runtime.
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) in async code.
     ///
     /// # Examples
     ///

@@ -8,6 +8,7 @@
 //! owner when an outcome was unknown (see [`in_flight`](crate::lock::in_flight) and
 //! [`leftover`](crate::lock::leftover)).
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 use crate::core::Core;
 use crate::error::Result;
 use crate::lease::{Guards, Lease};
+use crate::live::{GiveBack, GivingBack, Hold};
 use crate::lock::handle::Handle;
 use crate::lock::handover::LocalWaiters;
 use crate::lock::holds::Holds;
@@ -110,6 +112,7 @@ impl Holder {
     /// wants it renewed, else re-checked after connection changes while any guard lives (a
     /// fixed lease), else none.
     pub(super) fn keep_watch(&self, lease: &Arc<Lease>, guards: &mut Guards, labels: Labels) {
+        self.keep_listed(lease, guards);
         let wanted = if guards.renewed > 0 {
             Some(Watch::Renew)
         } else if guards.live > 0 {
@@ -132,6 +135,28 @@ impl Holder {
                 lease: lease.clone(),
             };
             guards.watch = Some((watchdog.watch(renewal, how), how));
+        }
+    }
+
+    /// Keeps `lease` on the client's list of live holds while a guard of it lives, for a
+    /// signal's shutdown to give back (see [`live`](crate::live)).
+    fn keep_listed(&self, lease: &Arc<Lease>, guards: &mut Guards) {
+        match (guards.live > 0, guards.listed) {
+            (true, None) => {
+                let handle: Arc<dyn GiveBack> = self.handle.clone();
+                let owner: Arc<dyn Any + Send + Sync> = self.owner.clone();
+                let hold = Hold {
+                    by: Arc::downgrade(&handle),
+                    whose: Some(Arc::downgrade(&owner)),
+                    lease: Arc::downgrade(lease),
+                };
+                guards.listed = Some(self.inner().list_hold(hold));
+            }
+            (false, Some(id)) => {
+                guards.listed = None;
+                self.inner().unlist_hold(id);
+            }
+            _ => {}
         }
     }
 
@@ -197,5 +222,28 @@ impl Holder {
             lease.extended(sent_at, lease_ms);
         }
         Ok(true)
+    }
+}
+
+/// A lock handle gives back an owner's holds on its side of the lock: all of them at once, as
+/// the repair of an owner to no hold does (waiters are told the lock is free).
+impl GiveBack for Handle {
+    fn name(&self) -> &str {
+        self.ops.name()
+    }
+
+    fn give_back(self: Arc<Self>, whose: Option<Arc<dyn Any + Send + Sync>>) -> GivingBack {
+        Box::pin(async move {
+            let Some(Ok(owner)) = whose.map(|w| w.downcast::<Owner>()) else {
+                return Ok(());
+            };
+            let holder = Holder {
+                handle: self,
+                owner,
+            };
+            // The TTL of remaining holds, of which there are none after this.
+            let lease_ms = holder.lease_ms(LeaseMode::Watchdog);
+            holder.repair_to(&holder.owner, 0, lease_ms).await
+        })
     }
 }

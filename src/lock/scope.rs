@@ -28,8 +28,19 @@ tokio::task_local! {
 }
 
 thread_local! {
-    /// The holds whose work the current thread runs inside of (the blocking API's closures).
-    static THREAD_SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+    /// The holds whose work the current thread runs inside of (the blocking API's closures),
+    /// and the task id the thread had when it entered them (see [`ThreadScope`]).
+    static THREAD_SCOPE: RefCell<Option<ThreadScope>> = const { RefCell::new(None) };
+}
+
+/// A thread's scope and the task id (`tokio::task::try_id`) of the code that entered it: `None`
+/// on a plain thread, the blocking task's inside `spawn_blocking`, the task's inside
+/// `block_in_place`. Only code with that same id is inside: a task the thread polls meanwhile
+/// (one of a runtime the closure drives) has an id of its own.
+#[derive(Clone, Debug)]
+struct ThreadScope {
+    scope: Scope,
+    task: Option<tokio::task::Id>,
 }
 
 /// A chain of holds, innermost first.
@@ -82,17 +93,38 @@ pub(crate) struct ScopeKey<'a> {
 }
 
 impl Scope {
-    /// The scope the caller runs inside of: the future's (in the task that runs it), else the
-    /// thread's (outside any task: a `block_on` future or plain code, never a task that the
-    /// thread polls meanwhile).
+    /// The scope the caller runs inside of: the future's (in the task that runs it), or the
+    /// thread's (code of the task id that entered it: a blocking closure, the `block_on`
+    /// futures it runs, never a task that the thread polls meanwhile); the inner one when both.
     pub(crate) fn current() -> Option<Scope> {
         // Outside every scope (the fast path) this reads two thread-locals, not the task id.
-        if let Ok(scope) = TASK_SCOPE.try_with(Scope::clone) {
-            let task = tokio::task::try_id();
-            return (scope.0.task.get() == Some(&task)).then_some(scope);
+        let in_task = TASK_SCOPE.try_with(Scope::clone).ok();
+        let on_thread = THREAD_SCOPE.with(|s| s.borrow().clone());
+        if in_task.is_none() && on_thread.is_none() {
+            return None;
         }
-        let scope = THREAD_SCOPE.with(|s| s.borrow().clone())?;
-        tokio::task::try_id().is_none().then_some(scope)
+        let task = tokio::task::try_id();
+        let in_task = in_task.filter(|scope| scope.0.task.get() == Some(&task));
+        let on_thread = on_thread.filter(|t| t.task == task).map(|t| t.scope);
+        match (in_task, on_thread) {
+            // Both: a blocking closure inside async work (`block_in_place`), or async work a
+            // blocking closure runs (`block_on`). The one entered later has the other outside it.
+            (Some(future), Some(thread)) if thread.encloses(&future) => Some(thread),
+            (Some(future), Some(_)) => Some(future),
+            (future, thread) => future.or(thread),
+        }
+    }
+
+    /// Whether `other` is this chain or one of its outer scopes.
+    fn encloses(&self, other: &Scope) -> bool {
+        let mut link = Some(self);
+        while let Some(scope) = link {
+            if Arc::ptr_eq(&scope.0, &other.0) {
+                return true;
+            }
+            link = scope.0.outer.as_ref();
+        }
+        false
     }
 
     /// `outer` with `hold` of `key` innermost.
@@ -132,14 +164,18 @@ impl Scope {
     /// Runs `work` on this thread inside this scope, restoring the thread's scope after (also
     /// when `work` panics).
     pub(crate) fn run_here<T>(self, work: impl FnOnce() -> T) -> T {
-        struct Restore(Option<Scope>);
+        struct Restore(Option<ThreadScope>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 let outer = self.0.take();
                 THREAD_SCOPE.with(|s| *s.borrow_mut() = outer);
             }
         }
-        let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(self));
+        let entered = ThreadScope {
+            scope: self,
+            task: tokio::task::try_id(),
+        };
+        let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(entered));
         let _restore = Restore(outer);
         work()
     }
@@ -310,5 +346,48 @@ mod tests {
             "a local task is not inside the hold's work"
         );
         assert!(seen.1.is_some());
+    }
+
+    #[test]
+    fn a_thread_scope_covers_a_spawn_blocking_closure_and_not_tasks() {
+        let client = Uuid::new_v4();
+        let owners = Owners::new(client);
+        let name: Arc<str> = Arc::from("a");
+        let owner = Owner::single(&owners, &name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let found = rt.block_on(async {
+            let owner = owner.clone();
+            tokio::task::spawn_blocking(move || {
+                entered(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")))
+            })
+            .await
+            .unwrap()
+        });
+        assert!(found.is_some(), "a spawn_blocking closure's own scope");
+        // Inside a task, a blocking closure (`block_in_place`) nested in async work: the inner
+        // one, the thread's, is found; the async work's own scope after it.
+        let (inner, outer) = rt.block_on(async {
+            let owner = owner.clone();
+            tokio::spawn(async move {
+                let other: Arc<str> = Arc::from("a");
+                let first = Owner::single(&Owners::new(client), &other);
+                entered(key(client, "a"), &first)
+                    .run(async {
+                        let inner = tokio::task::block_in_place(|| {
+                            entered(key(client, "a"), &owner)
+                                .run_here(|| owner_in_scope(key(client, "a")))
+                        });
+                        (inner, owner_in_scope(key(client, "a")))
+                    })
+                    .await
+            })
+            .await
+            .unwrap()
+        });
+        assert!(Arc::ptr_eq(&inner.unwrap(), &owner));
+        assert!(!Arc::ptr_eq(&outer.unwrap(), &owner));
     }
 }

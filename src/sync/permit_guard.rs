@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::permits::Shared;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::live::{GiveBack, GivingBack, Hold};
 use crate::observe::{Held, Release};
 use crate::watchdog::{RenewTarget, Renewal, Watch};
 
@@ -25,6 +26,9 @@ pub(crate) struct Permits {
     renewal: Mutex<Option<u64>>,
     /// Counts the permits as held until the guard is released or dropped.
     held: Held,
+    /// The permits' id in the client's [live holds](crate::live), from their guard's making to
+    /// its release or drop.
+    listed: std::sync::OnceLock<u64>,
 }
 
 impl Permits {
@@ -59,6 +63,26 @@ impl Permits {
             target,
             renewal: Mutex::new(Some(renewal)),
             held: Held::began(&labels),
+            listed: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Lists the permits among the client's live holds (once they are shared by their guard).
+    fn list(self: &Arc<Self>) {
+        let by: Arc<dyn GiveBack> = self.clone();
+        let hold = Hold {
+            by: Arc::downgrade(&by),
+            whose: None,
+            lease: Arc::downgrade(&self.lease),
+        };
+        let id = self.shared.inner().list_hold(hold);
+        let _ = self.listed.set(id);
+    }
+
+    /// The guard gives the permits back itself (released or dropped).
+    fn unlist(&self) {
+        if let Some(id) = self.listed.get() {
+            self.shared.inner().unlist_hold(*id);
         }
     }
 
@@ -137,6 +161,23 @@ impl Permits {
     }
 }
 
+/// A guard's permits give themselves back: renewal stops, and they are released.
+impl GiveBack for Permits {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn give_back(
+        self: Arc<Self>,
+        _whose: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> GivingBack {
+        Box::pin(async move {
+            self.stop_renewal();
+            self.release().await
+        })
+    }
+}
+
 /// Permits held from an [`RPermitExpirableSemaphore`](crate::RPermitExpirableSemaphore): one, or
 /// the `n` of an `acquire_many(n)`, taken together and given back together. `'static` and
 /// `Send`, so it can move into a task.
@@ -169,8 +210,10 @@ pub struct PermitGuard {
 
 impl PermitGuard {
     pub(crate) fn new(permits: Permits) -> Self {
+        let permits = Arc::new(permits);
+        permits.list();
         PermitGuard {
-            permits: Arc::new(permits),
+            permits,
             armed: true,
         }
     }
@@ -325,6 +368,7 @@ impl PermitGuard {
     pub async fn release(mut self) -> Result<()> {
         self.armed = false;
         self.permits.stop_renewal();
+        self.permits.unlist();
         self.permits.held.end();
         let mut pending = PendingRelease {
             permits: self.permits.clone(),
@@ -340,6 +384,7 @@ impl Drop for PermitGuard {
     fn drop(&mut self) {
         if self.armed {
             self.permits.stop_renewal();
+            self.permits.unlist();
             self.permits.held.end();
             spawn_release(&self.permits);
         }

@@ -13,7 +13,12 @@
 //! watchdog's renewals only. `exit-holding` takes the lock and returns from `main` with the
 //! guard alive (the last handle's drop flushes its release); `close-then-exit` drops its guard,
 //! calls `Client::close` and ends with `std::process::exit`. `blocking` takes the lock through
-//! `ferrisson::blocking` on a plain thread that then sleeps.
+//! `ferrisson::blocking` on a plain thread that then sleeps. `panic-holding` panics while it
+//! holds the lock. The signal kinds install ferrisson's handler before they lock:
+//! `signal` and `blocking-signal` call `close_on_signal` (the process ends on SIGINT or
+//! SIGTERM); `on-signal` and `blocking-on-signal` call `on_signal`, print `SIGNALLED <signal>
+//! <lost|held>` once it resolves (whether the guard, still alive, was told its hold is gone),
+//! and then hang, as a shutdown that never finishes would.
 
 use std::time::Duration;
 
@@ -31,11 +36,11 @@ async fn main() {
     let ms: u64 = ms
         .parse()
         .unwrap_or_else(|_| fail(2, "<ms> must be a number of milliseconds"));
-    if kind == "blocking" {
-        // The blocking API refuses to run inside a runtime (this `main` is one): a thread of
-        // its own, which never returns (it exits the process).
-        let (url, name) = (urls.clone(), name.clone());
-        let _ = std::thread::spawn(move || hold_blocking(&url, &name, ms)).join();
+    if let Some(signal) = kind.strip_prefix("blocking") {
+        // The blocking API refuses to run in async code (this `main` is some): a thread of its
+        // own, which never returns (it exits the process).
+        let (url, name, signal) = (urls.clone(), name.clone(), signal.to_owned());
+        let _ = std::thread::spawn(move || hold_blocking(&url, &name, ms, &signal)).join();
         fail(1, "the blocking holder's thread ended");
     }
     let mut clients = Vec::new();
@@ -72,6 +77,34 @@ async fn main() {
                 .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
             println!("LOCKED {}", _guard.fencing_token());
             return; // the guard drops, then the clients: as a `main` ending with `?` does
+        }
+        "panic-holding" => {
+            let _guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", _guard.fencing_token());
+            panic!("the holder panics with the guard alive");
+        }
+        "signal" => {
+            client
+                .close_on_signal()
+                .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
+        }
+        "on-signal" => {
+            let stop = client
+                .on_signal()
+                .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
+            let guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", guard.fencing_token());
+            let signal = stop.await;
+            println!("SIGNALLED {signal} {}", lost_or_held(guard.is_lost()));
+            std::future::pending::<()>().await;
         }
         "close-then-exit" => {
             let guard = client
@@ -136,7 +169,7 @@ async fn main() {
         fail(3, "permit lost");
     }
     let lock = match kind {
-        "lock" => client.get_lock(name),
+        "lock" | "signal" => client.get_lock(name),
         "read" => client.get_read_write_lock(name).read_lock(),
         "write" => client.get_read_write_lock(name).write_lock(),
         "prefer-write" => client
@@ -154,25 +187,55 @@ async fn main() {
     fail(3, "lease lost");
 }
 
-/// The `blocking` kind: `ferrisson::blocking` on a plain thread takes the lock and sleeps,
-/// leaving its lease to the client's thread.
-fn hold_blocking(url: &str, name: &str, ms: u64) -> ! {
+/// The `blocking` kinds: `ferrisson::blocking` on a plain thread takes the lock and sleeps,
+/// leaving its lease to the client's thread; `-signal` calls `close_on_signal` first,
+/// `-on-signal` calls `on_signal` and checks it between naps.
+fn hold_blocking(url: &str, name: &str, ms: u64, signal: &str) -> ! {
     let client = ferrisson::blocking::Client::builder()
         .url(url)
         .watchdog_timeout(Duration::from_millis(ms))
         .build()
         .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+    let stop = match signal {
+        "" => None,
+        "-signal" => {
+            client
+                .close_on_signal()
+                .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
+            None
+        }
+        "-on-signal" => Some(
+            client
+                .on_signal()
+                .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}"))),
+        ),
+        other => fail(2, &format!("unknown lock kind blocking{other}")),
+    };
     let guard = client
         .get_lock(name)
         .lock()
         .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
     println!("LOCKED {}", guard.fencing_token());
+    let nap = match stop {
+        Some(_) => Duration::from_millis(10),
+        None => Duration::from_secs(3600),
+    };
+    let mut signalled = false;
     loop {
-        std::thread::sleep(Duration::from_secs(3600));
-        if guard.is_lost() {
+        std::thread::sleep(nap);
+        if let Some(signal) = stop.as_ref().and_then(|s| s.received())
+            && !signalled
+        {
+            signalled = true;
+            println!("SIGNALLED {signal} {}", lost_or_held(guard.is_lost()));
+        } else if guard.is_lost() && !signalled {
             fail(3, "lease lost");
         }
     }
+}
+
+fn lost_or_held(lost: bool) -> &'static str {
+    if lost { "lost" } else { "held" }
 }
 
 fn fail(code: i32, message: &str) -> ! {
