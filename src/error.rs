@@ -57,14 +57,16 @@ pub enum Error {
     )]
     NoRuntime,
 
-    /// A [`blocking`](crate::blocking) call was made on a thread inside a Tokio runtime: in an
-    /// `async fn` or task, in a `block_on`, or on a thread that entered a runtime
-    /// (`spawn_blocking`, `Runtime::enter`). Blocking there would stall the runtime's other
-    /// work, or deadlock, so nothing was done. Use the async API there (the same client:
-    /// [`blocking::Client::as_async`](crate::blocking::Client::as_async)), or call from a
-    /// thread of your own.
+    /// A [`blocking`](crate::blocking) call was made from async code: inside an `async fn` or
+    /// a task (its poll), or inside a `block_on`'s future (the body of `#[tokio::main]` or
+    /// `#[tokio::test]`). Blocking there would stall the runtime's other tasks, or deadlock a
+    /// current-thread runtime, so nothing was done. Use the async API there (the same client:
+    /// [`blocking::Client::as_async`](crate::blocking::Client::as_async)), or make the call where
+    /// a thread may block: inside `tokio::task::spawn_blocking` or `tokio::task::block_in_place`,
+    /// or on a thread of your own (see [where it may be
+    /// called](crate::blocking#where-it-may-be-called-threads-that-may-block)).
     #[error(
-        "a ferrisson::blocking call was made inside a Tokio runtime, where it would block the runtime's thread: use the async API there, or call it from a std::thread"
+        "a ferrisson::blocking call was made from async code (a task, or a block_on's future), where it would block the runtime's thread: use the async API there, or make the call inside spawn_blocking or block_in_place, or on a std::thread"
     )]
     InsideRuntime,
 

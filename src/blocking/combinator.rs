@@ -73,7 +73,7 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`Error::InsideRuntime`] in async code; otherwise as
     /// [`ferrisson::MultiLock::lock`](crate::MultiLock::lock): the first error of a part, after
     /// every part acquired so far was released; [`Error::InvalidArgument`] for an empty
     /// MultiLock or a malformed name.
@@ -184,7 +184,7 @@ impl MultiGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime (the guard is dropped then, which
+    /// [`Error::InsideRuntime`] in async code (the guard is dropped then, which
     /// releases every part in the background); [`Error::Multiple`] with one error per part that
     /// could not be released (the others are released all the same).
     ///
@@ -221,7 +221,7 @@ impl MultiGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime.
+    /// [`Error::InsideRuntime`] in async code.
     ///
     /// # Examples
     ///
@@ -362,7 +362,7 @@ impl RedLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime; otherwise as
+    /// [`Error::InsideRuntime`] in async code; otherwise as
     /// [`ferrisson::RedLock::lock`](crate::RedLock::lock): [`Error::QuorumNotReached`],
     /// [`Error::InvalidArgument`].
     ///
@@ -503,7 +503,7 @@ impl RedLockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime.
+    /// [`Error::InsideRuntime`] in async code.
     ///
     /// # Examples
     ///
@@ -548,7 +548,7 @@ impl RedLockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::InsideRuntime`] inside a Tokio runtime (the guard is dropped then, which
+    /// [`Error::InsideRuntime`] in async code (the guard is dropped then, which
     /// releases in the background); [`Error::Multiple`] with one error per instance that could
     /// not be released.
     ///
