@@ -6,7 +6,7 @@ use futures::future::join_all;
 
 use tokio::time::Instant;
 
-use crate::combinator::release_all;
+use crate::combinator::{PartFuture, release_all};
 use crate::error::{Error, Result};
 use crate::lock::scope::Scope;
 use crate::lock::{LockGuard, RLock, lease_ms};
@@ -179,7 +179,10 @@ impl MultiLock {
             let last = guards.len() - 1;
             let held = match lease_ms {
                 Some(ms) => {
-                    let early = guards[..last].iter_mut().map(|g| g.fix_lease(ms));
+                    let early = guards[..last].iter_mut().map(|guard| {
+                        let fix: PartFuture<'_, _> = Box::pin(guard.fix_lease(ms));
+                        fix
+                    });
                     let fixed = join_all(early).await;
                     match fixed.into_iter().collect::<Result<Vec<bool>>>() {
                         Ok(held) => held.into_iter().all(|h| h),
@@ -227,11 +230,11 @@ impl MultiLock {
                     }
                 }
             };
-            let part = match &scope {
-                Some(scope) => Box::pin(scope.clone().run(take)).await,
-                None => take.await,
+            let take: PartFuture<'_, _> = match &scope {
+                Some(scope) => Box::pin(scope.clone().run(take)),
+                None => Box::pin(take),
             };
-            match part {
+            match take.await {
                 Ok(Some(guard)) => {
                     scope = Some(guard.enter_within(scope.take()));
                     guards.push(guard);

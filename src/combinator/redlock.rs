@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use crate::combinator::release_all;
+use crate::combinator::{PartFuture, release_all};
 use crate::error::{Error, Result};
 use crate::lock::{LockGuard, RLock, lease_ms};
 
@@ -214,21 +214,20 @@ impl RedLock {
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         loop {
             let started = Instant::now();
-            let attempts = self.locks.iter().map(|lock| async move {
-                match tokio::time::timeout(
-                    instance_timeout,
-                    lock.try_lock_for(Duration::ZERO, lease),
-                )
-                .await
-                {
-                    Ok(Ok(granted)) => Some(granted),
-                    Ok(Err(e)) => {
-                        tracing::debug!(lock = %lock.name(), error = %e, "redlock instance failed");
-                        None
+            let attempts = self.locks.iter().map(|lock| {
+                let attempt: PartFuture<'_, _> = Box::pin(async move {
+                    let attempt = lock.try_lock_for(Duration::ZERO, lease);
+                    match tokio::time::timeout(instance_timeout, attempt).await {
+                        Ok(Ok(granted)) => Some(granted),
+                        Ok(Err(e)) => {
+                            tracing::debug!(lock = %lock.name(), error = %e, "redlock instance failed");
+                            None
+                        }
+                        // Dropping the attempt repairs a grant that may still arrive.
+                        Err(_) => None,
                     }
-                    // Dropping the attempt repairs a grant that may still arrive.
-                    Err(_) => None,
-                }
+                });
+                attempt
             });
             let answers = join_all(attempts).await;
             let elapsed = started.elapsed();
