@@ -10,6 +10,8 @@
 mod multi;
 mod redlock;
 
+use std::future::Future;
+
 use futures::future::{BoxFuture, join_all};
 
 pub use multi::{MultiGuard, MultiLock};
@@ -23,8 +25,25 @@ type PartFuture<'a, T> = BoxFuture<'a, T>;
 
 /// Releases every guard at once and collects every failure, never stopping at the first.
 async fn release_all(guards: Vec<LockGuard>) -> Result<(), Error> {
+    release_each(guards, LockGuard::unlock).await
+}
+
+/// Gives back parts the combinator will not hand out, and returns once every server has let
+/// them go: also a grant the client already counts lost (its reply came past the lease), which
+/// its server may still hold. Failures as [`release_all`]'s.
+async fn give_back_all(guards: Vec<LockGuard>) -> Result<(), Error> {
+    release_each(guards, LockGuard::give_back).await
+}
+
+async fn release_each<Fut>(
+    guards: Vec<LockGuard>,
+    release: impl Fn(LockGuard) -> Fut,
+) -> Result<(), Error>
+where
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
     let releases = guards.into_iter().map(|guard| {
-        let release: PartFuture<'static, _> = Box::pin(guard.unlock());
+        let release: PartFuture<'static, _> = Box::pin(release(guard));
         release
     });
     let errors: Vec<Error> = join_all(releases)

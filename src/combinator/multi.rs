@@ -6,7 +6,7 @@ use futures::future::join_all;
 
 use tokio::time::Instant;
 
-use crate::combinator::{PartFuture, release_all};
+use crate::combinator::{PartFuture, give_back_all, release_all};
 use crate::error::{Error, Result};
 use crate::lock::scope::Scope;
 use crate::lock::{LockGuard, RLock, lease_ms};
@@ -187,7 +187,7 @@ impl MultiLock {
                     match fixed.into_iter().collect::<Result<Vec<bool>>>() {
                         Ok(held) => held.into_iter().all(|h| h),
                         Err(e) => {
-                            let _ = release_all(guards).await;
+                            give_back(guards).await;
                             return Err(e);
                         }
                     }
@@ -198,7 +198,7 @@ impl MultiLock {
                 return Ok(Some(MultiGuard { guards }));
             }
             // A part was lost while the others were waited for (forced open, say): start over.
-            let _ = release_all(guards).await;
+            give_back(guards).await;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
@@ -240,16 +240,24 @@ impl MultiLock {
                     guards.push(guard);
                 }
                 Ok(None) => {
-                    let _ = release_all(guards).await;
+                    give_back(guards).await;
                     return Ok(None);
                 }
                 Err(e) => {
-                    let _ = release_all(guards).await;
+                    give_back(guards).await;
                     return Err(e);
                 }
             }
         }
         Ok(Some(guards))
+    }
+}
+
+/// Gives back the parts of an acquisition that will not be handed out; a part that cannot be
+/// given back is left to its lease, as a dropped guard's would be.
+async fn give_back(guards: Vec<LockGuard>) {
+    if let Err(e) = give_back_all(guards).await {
+        tracing::debug!(error = %e, "a MultiLock could not give back a part; its lease frees it");
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use crate::combinator::{PartFuture, release_all};
+use crate::combinator::{PartFuture, give_back_all, release_all};
 use crate::error::{Error, Result};
 use crate::lock::{LockGuard, RLock, lease_ms};
 
@@ -245,7 +245,11 @@ impl RedLock {
                     fixed: lease.is_some(),
                 }));
             }
-            let _ = release_all(granted).await;
+            // Given back before anything returns, grants whose reply came past the lease too:
+            // their servers may hold them for most of a lease yet.
+            if let Err(e) = give_back_all(granted).await {
+                tracing::debug!(error = %e, "a RedLock could not give back a grant; its lease frees it");
+            }
             if answered < self.quorum() {
                 return Err(Error::QuorumNotReached {
                     answered,

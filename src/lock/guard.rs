@@ -182,6 +182,19 @@ impl LockGuard {
         self.holder.fix_lease(&self.lease, lease_ms).await
     }
 
+    /// Gives back a hold a combinator will not hand out, and returns once the server has let it
+    /// go. As [`unlock`](Self::unlock), except for a hold the client already counts lost: its
+    /// lease, counted from when the acquire was sent, ran out before the grant's reply came,
+    /// but the server's, counted from when it granted, may still run. `unlock` leaves such a
+    /// hold to a background removal; here it is removed before this returns.
+    pub(crate) async fn give_back(self) -> Result<()> {
+        let holder = self.holder.clone();
+        match self.unlock().await {
+            Err(crate::Error::LockLost { .. }) => holder.remove_leftover_now().await,
+            settled => settled,
+        }
+    }
+
     /// When Redis may expire this hold unless a renewal confirms it before.
     pub(crate) fn deadline(&self) -> tokio::time::Instant {
         self.lease.deadline()
