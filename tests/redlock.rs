@@ -419,6 +419,43 @@ async fn the_watchdog_keeps_a_redlock_and_a_lost_majority_loses_it() {
     );
 }
 
+/// A release that fails names the instance: the lock's name and the address its client talks
+/// to (here the proxy in front of the dead server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_names_the_part_and_its_server() {
+    let mut cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(10)).await;
+    let guard = redlock(&clients, "named")
+        .instance_timeout(SLOW_MACHINE_TIMEOUT)
+        .lock()
+        .await
+        .unwrap();
+    cluster.servers[0].kill();
+    let err = guard.unlock().await.unwrap_err();
+    let address = format!("127.0.0.1:{}", cluster.proxies[0].port());
+    match &err {
+        Error::Multiple { errors } => match errors.as_slice() {
+            [
+                Error::Part {
+                    name,
+                    address: at,
+                    error,
+                },
+            ] => {
+                assert_eq!((name.as_str(), at), ("named", &address));
+                assert!(matches!(**error, Error::Redis(_)), "{error:?}");
+            }
+            other => panic!("one failure, of the dead instance: {other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("1 part(s) failed: lock `named` on {address}: ")),
+        "{shown}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_redlock_is_invalid() {
     let err = RedLock::new(Vec::<ferrisson::RLock>::new())

@@ -23,7 +23,8 @@ use crate::lock::LockGuard;
 /// One part's acquire or release, boxed as `dyn` (see the module docs).
 type PartFuture<'a, T> = BoxFuture<'a, T>;
 
-/// Releases every guard at once and collects every failure, never stopping at the first.
+/// Releases every guard at once and collects every failure, each named by its part
+/// ([`Error::Part`]), never stopping at the first.
 async fn release_all(guards: Vec<LockGuard>) -> Result<(), Error> {
     release_each(guards, LockGuard::unlock).await
 }
@@ -43,8 +44,11 @@ where
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
     let releases = guards.into_iter().map(|guard| {
-        let release: PartFuture<'static, _> = Box::pin(release(guard));
-        release
+        let part = guard.part();
+        let release = release(guard);
+        let named: PartFuture<'static, _> =
+            Box::pin(async move { release.await.map_err(|e| part.failed(e)) });
+        named
     });
     let errors: Vec<Error> = join_all(releases)
         .await
@@ -55,5 +59,14 @@ where
         Ok(())
     } else {
         Err(Error::Multiple { errors })
+    }
+}
+
+/// The one failed part's error as it is, several in an [`Error::Multiple`]; `None` for none.
+fn failures(mut errors: Vec<Error>) -> Option<Error> {
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        _ => Some(Error::Multiple { errors }),
     }
 }

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use tokio::sync::OwnedMutexGuard;
 
+use crate::lock::handle::PartOf;
 use crate::lock::holder::Holder;
 use crate::lock::holds::Holds;
 
@@ -180,6 +181,11 @@ impl LockGuard {
         debug_assert!(self.renewed, "only a renewed hold is given a fixed lease");
         self.renewed = false;
         self.holder.fix_lease(&self.lease, lease_ms).await
+    }
+
+    /// This hold's lock as a combinator's part, to name it in an error.
+    pub(crate) fn part(&self) -> PartOf {
+        PartOf::of(&self.holder.handle)
     }
 
     /// Gives back a hold a combinator will not hand out, and returns once the server has let it
