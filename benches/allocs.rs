@@ -115,6 +115,24 @@ fn main() {
             semaphore.release(1).await.expect("release");
         })
         .await;
+        // Combinators box each part's future (one allocation per part and call).
+        let multi = ferrisson::MultiLock::new(
+            ["allocs:m1", "allocs:m2", "allocs:m3"].map(|n| client.get_lock(n)),
+        );
+        measure("MultiLock of 3 lock() + unlock()", || async {
+            multi.lock().await.expect("lock").unlock().await.expect("unlock");
+        })
+        .await;
+        let redlock = ferrisson::RedLock::new(
+            ["allocs:r1", "allocs:r2", "allocs:r3"].map(|n| client.get_lock(n)),
+        );
+        measure("RedLock of 3 lock() + unlock()", || async {
+            redlock.lock().await.expect("lock").unlock().await.expect("unlock");
+        })
+        .await;
+        let multi_bytes = std::mem::size_of_val(&multi.lock());
+        let redlock_bytes = std::mem::size_of_val(&redlock.lock());
+        println!("Future sizes: MultiLock lock() {multi_bytes} bytes, RedLock lock() {redlock_bytes} bytes");
         // The futures' sizes: each move of a future copies it, and async callers carry it.
         let lock_future = lock.lock();
         let lock_bytes = std::mem::size_of_val(&lock_future);

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{
@@ -233,10 +234,12 @@ impl Connection {
                 result
             }
             // Boxed: the timer, a cluster's routing and the opening of a connection would
-            // otherwise make every command's future (and those of its callers) that much larger.
+            // otherwise make every command's future (and those of its callers) that much larger;
+            // as `dyn`, deeper too (see `with`).
             _ => {
                 let send = self.with(|mut conn| async move { cmd.query_async(&mut conn).await });
-                Box::pin(capped(cap, send)).await
+                let capped: BoxFuture<'_, RedisResult<Value>> = Box::pin(capped(cap, send));
+                capped.await
             }
         }
     }
@@ -254,7 +257,14 @@ impl Connection {
     {
         let (conn, id) = match self.current() {
             Some(open) => open,
-            None if self.own() => Box::pin(self.open_own()).await?,
+            // Boxed as `dyn`: opening a connection is redis-rs' deepest future (DNS, TCP, TLS,
+            // the handshake), and a concrete type would make every command's future carry it,
+            // deep enough that proving a caller's future `Send` overflows the compiler's
+            // recursion limit (E0275) in the user's crate. Opening is rare: one allocation then.
+            None if self.own() => {
+                let open: BoxFuture<'_, RedisResult<(Conn, u64)>> = Box::pin(self.open_own());
+                open.await?
+            }
             None => self.open().await?,
         };
         let result = send(conn).await;

@@ -423,6 +423,36 @@ fn a_multilock_takes_locks_of_two_clients_as_one() {
     ));
 }
 
+/// A part that fails names its lock and its server, on acquire and on release.
+#[test]
+fn a_failed_part_names_its_lock_and_server() {
+    let one = RedisServer::start();
+    let mut two = RedisServer::start();
+    let (a, b) = (client(&one), client(&two));
+    let multi = MultiLock::new([a.get_lock("stock:1"), b.get_lock("stock:2")]);
+    let guard = multi.lock().unwrap();
+    two.kill();
+    let dead = format!("127.0.0.1:{}", two.port());
+    let released = guard.unlock().unwrap_err().to_string();
+    assert!(
+        released.starts_with(&format!("1 part(s) failed: lock `stock:2` on {dead}: ")),
+        "{released}"
+    );
+    let acquired = multi.lock().unwrap_err();
+    assert!(
+        matches!(&acquired, Error::Part { name, address, .. } if name == "stock:2" && *address == dead),
+        "{acquired:?}"
+    );
+    assert!(
+        acquired
+            .to_string()
+            .starts_with(&format!("lock `stock:2` on {dead}: ")),
+        "{acquired}"
+    );
+    // The live part was given back before the failure was reported.
+    assert!(!a.get_lock("stock:1").is_locked().unwrap());
+}
+
 #[test]
 fn a_redlock_is_held_on_a_majority_of_servers() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();

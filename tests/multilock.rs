@@ -37,7 +37,18 @@ async fn all_or_nothing() {
     let mut raw = server.raw().await;
     let _: () = raw.set("m:z", "a string").await.unwrap();
     let broken = MultiLock::new(["m:a", "m:z"].map(|n| client.get_lock(n)));
-    assert!(matches!(broken.lock().await, Err(Error::WrongType { .. })));
+    match broken.lock().await {
+        Err(Error::Part {
+            name,
+            address,
+            error,
+        }) => {
+            assert_eq!(name, "m:z");
+            assert_eq!(address, format!("127.0.0.1:{}", server.port()));
+            assert!(matches!(*error, Error::WrongType { .. }), "{error:?}");
+        }
+        other => panic!("expected the failed part named: {other:?}"),
+    }
     assert!(!client.get_lock("m:a").is_locked().await.unwrap());
 
     blocker.unlock().await.unwrap();
@@ -111,7 +122,30 @@ async fn mixed_kinds_across_servers_and_every_release_error_is_reported() {
                 2,
                 "one error per part on the dead server: {errors:?}"
             );
-            assert!(errors.iter().all(|e| matches!(e, Error::Redis(_))));
+            // Each names its part and the server it was on.
+            let dead = format!("127.0.0.1:{}", two.port());
+            let mut named: Vec<&str> = Vec::new();
+            for e in &errors {
+                match e {
+                    Error::Part {
+                        name,
+                        address,
+                        error,
+                    } => {
+                        assert_eq!(address, &dead);
+                        assert!(matches!(**error, Error::Redis(_)), "{error:?}");
+                        let shown = e.to_string();
+                        assert!(
+                            shown.contains(&format!("lock `{name}` on {dead}: ")),
+                            "{shown}"
+                        );
+                        named.push(name);
+                    }
+                    other => panic!("a part's failure without its part: {other:?}"),
+                }
+            }
+            named.sort_unstable();
+            assert_eq!(named, ["doc", "sheet"]);
         }
         other => panic!("expected both failures reported, got {other:?}"),
     }

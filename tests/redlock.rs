@@ -257,6 +257,42 @@ async fn replies_later_than_the_lease_are_not_a_grant() {
     assert!(guard.is_lost());
 }
 
+/// The grants of an attempt refused for its spent validity are gone from every instance when
+/// the call returns. The servers are frozen while the acquire is on its way, so each grant
+/// starts on its server well after the client's clock started the lease: the client counts
+/// those leases run out (the reply came past them) while each server still holds its grant
+/// for most of a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_refused_for_a_spent_validity_are_released_before_the_call_returns() {
+    let cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(250);
+    let frozen = Duration::from_millis(300);
+    let lock = redlock(&clients, "spent").instance_timeout(Duration::from_secs(2));
+    let mut raws = Vec::new();
+    for s in &cluster.servers {
+        raws.push(s.raw().await);
+    }
+    for s in &cluster.servers {
+        s.pause();
+    }
+    let attempt = tokio::spawn(async move { lock.try_lock_for(Duration::ZERO, Some(lease)).await });
+    tokio::time::sleep(frozen).await;
+    for s in &cluster.servers {
+        s.resume();
+    }
+    let got = attempt.await.unwrap().unwrap();
+    // At once, before a background release could run: every instance at the same moment.
+    let held =
+        futures::future::join_all(raws.iter_mut().map(|raw| raw.exists::<_, bool>("spent"))).await;
+    let held: Vec<bool> = held.into_iter().map(Result::unwrap).collect();
+    assert!(got.is_none(), "granted with a spent validity");
+    assert_eq!(
+        held, [false; 3],
+        "an instance still held a refused grant after the call returned"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_contenders_never_hold_together_and_all_get_turns() {
     let cluster = Cluster::start(3).await;
@@ -380,6 +416,43 @@ async fn the_watchdog_keeps_a_redlock_and_a_lost_majority_loses_it() {
     assert!(
         guard.unlock().await.is_err(),
         "two parts report their lost lease"
+    );
+}
+
+/// A release that fails names the instance: the lock's name and the address its client talks
+/// to (here the proxy in front of the dead server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_names_the_part_and_its_server() {
+    let mut cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(10)).await;
+    let guard = redlock(&clients, "named")
+        .instance_timeout(SLOW_MACHINE_TIMEOUT)
+        .lock()
+        .await
+        .unwrap();
+    cluster.servers[0].kill();
+    let err = guard.unlock().await.unwrap_err();
+    let address = format!("127.0.0.1:{}", cluster.proxies[0].port());
+    match &err {
+        Error::Multiple { errors } => match errors.as_slice() {
+            [
+                Error::Part {
+                    name,
+                    address: at,
+                    error,
+                },
+            ] => {
+                assert_eq!((name.as_str(), at), ("named", &address));
+                assert!(matches!(**error, Error::Redis(_)), "{error:?}");
+            }
+            other => panic!("one failure, of the dead instance: {other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("1 part(s) failed: lock `named` on {address}: ")),
+        "{shown}"
     );
 }
 

@@ -74,9 +74,10 @@ impl MultiLock {
     /// # Errors
     ///
     /// [`Error::InsideRuntime`] in async code; otherwise as
-    /// [`ferrisson::MultiLock::lock`](crate::MultiLock::lock): the first error of a part, after
-    /// every part acquired so far was released; [`Error::InvalidArgument`] for an empty
-    /// MultiLock or a malformed name.
+    /// [`ferrisson::MultiLock::lock`](crate::MultiLock::lock): the first part that fails, as
+    /// [`Error::Part`] (its lock's name, its server and its own error), after every part
+    /// acquired so far was released; [`Error::InvalidArgument`] for an empty MultiLock or a
+    /// malformed name.
     ///
     /// # Examples
     ///
@@ -110,7 +111,8 @@ impl MultiLock {
         Ok(self.guard(guard, blocker))
     }
 
-    /// One attempt at every part; `Ok(None)` (nothing held) when any is taken.
+    /// One attempt at every part; `Ok(None)` when any is taken, with every part it took
+    /// released on its server before it returns.
     ///
     /// # Errors
     ///
@@ -185,8 +187,9 @@ impl MultiGuard {
     /// # Errors
     ///
     /// [`Error::InsideRuntime`] in async code (the guard is dropped then, which
-    /// releases every part in the background); [`Error::Multiple`] with one error per part that
-    /// could not be released (the others are released all the same).
+    /// releases every part in the background); [`Error::Multiple`] with one [`Error::Part`] per
+    /// part that could not be released, naming its lock and server (the others are released
+    /// all the same).
     ///
     /// # Examples
     ///
@@ -194,7 +197,9 @@ impl MultiGuard {
     /// # fn demo(multi: ferrisson::blocking::MultiLock) -> ferrisson::Result<()> {
     /// let guard = multi.lock()?;
     /// if let Err(ferrisson::Error::Multiple { errors }) = guard.unlock() {
-    ///     eprintln!("{} parts failed to release", errors.len());
+    ///     for e in errors {
+    ///         eprintln!("{e}"); // lock `account:2` on 10.0.0.2:6379: redis request failed: ...
+    ///     }
     /// }
     /// # Ok(()) }
     /// ```
@@ -398,7 +403,8 @@ impl RedLock {
         Ok(self.guard(guard, blocker))
     }
 
-    /// One attempt; `Ok(None)` when no majority granted.
+    /// One attempt; `Ok(None)` when no majority granted (or the validity was spent), with every
+    /// grant it got released on its server before it returns.
     ///
     /// # Errors
     ///
@@ -549,8 +555,8 @@ impl RedLockGuard {
     /// # Errors
     ///
     /// [`Error::InsideRuntime`] in async code (the guard is dropped then, which
-    /// releases in the background); [`Error::Multiple`] with one error per instance that could
-    /// not be released.
+    /// releases in the background); [`Error::Multiple`] with one [`Error::Part`] per instance
+    /// that could not be released, naming its lock and server.
     ///
     /// # Examples
     ///

@@ -6,7 +6,7 @@ use futures::future::join_all;
 
 use tokio::time::Instant;
 
-use crate::combinator::release_all;
+use crate::combinator::{PartFuture, failures, give_back_all, release_all};
 use crate::error::{Error, Result};
 use crate::lock::scope::Scope;
 use crate::lock::{LockGuard, RLock, lease_ms};
@@ -24,6 +24,10 @@ use crate::lock::{LockGuard, RLock, lease_ms};
 /// are held (one more round trip, in parallel over the parts), each checked to be still held
 /// then. A guard is never returned while a part is lost: a part lost meanwhile (forced open)
 /// makes the MultiLock release everything and start over, within the wait budget.
+///
+/// A part that fails is named in the error: [`Error::Part`] gives its lock's name and its
+/// client's server. Every future of a MultiLock and of its guard is `Send`, so it can be handed
+/// to `tokio::spawn` once the MultiLock (cheap to clone) is moved in.
 ///
 /// # Examples
 ///
@@ -65,8 +69,9 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// The first error of a part, after every part acquired so far was released;
-    /// [`Error::InvalidArgument`] for an empty MultiLock or a malformed name.
+    /// The first part that fails, as [`Error::Part`] (its lock's name, its server and its own
+    /// error), after every part acquired so far was released; [`Error::InvalidArgument`] for an
+    /// empty MultiLock or a malformed name, before anything is sent.
     ///
     /// # Cancel safety
     ///
@@ -77,6 +82,16 @@ impl MultiLock {
     /// ```no_run
     /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
     /// multi.lock().await?.unlock().await?;
+    ///
+    /// // Or in a task of its own.
+    /// let task = tokio::spawn(async move { multi.lock().await });
+    /// match task.await.expect("the task ran") {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(ferrisson::Error::Part { name, address, error }) => {
+    ///         eprintln!("lock {name} on {address} failed: {error}");
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// }
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self) -> Result<MultiGuard> {
@@ -108,7 +123,8 @@ impl MultiLock {
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
     }
 
-    /// One attempt at every part: `Ok(None)` (and nothing held) when any part is taken.
+    /// One attempt at every part: `Ok(None)` when any part is taken, with every part it took
+    /// released on its server before it returns.
     ///
     /// # Errors
     ///
@@ -179,15 +195,26 @@ impl MultiLock {
             let last = guards.len() - 1;
             let held = match lease_ms {
                 Some(ms) => {
-                    let early = guards[..last].iter_mut().map(|g| g.fix_lease(ms));
-                    let fixed = join_all(early).await;
-                    match fixed.into_iter().collect::<Result<Vec<bool>>>() {
-                        Ok(held) => held.into_iter().all(|h| h),
-                        Err(e) => {
-                            let _ = release_all(guards).await;
-                            return Err(e);
+                    let early = guards[..last].iter_mut().map(|guard| {
+                        let part = guard.part();
+                        let fix: PartFuture<'_, _> = Box::pin(async move {
+                            guard.fix_lease(ms).await.map_err(|e| part.failed(e))
+                        });
+                        fix
+                    });
+                    let mut held = true;
+                    let mut errors = Vec::new();
+                    for fixed in join_all(early).await {
+                        match fixed {
+                            Ok(still_held) => held &= still_held,
+                            Err(e) => errors.push(e),
                         }
                     }
+                    if let Some(e) = failures(errors) {
+                        give_back(guards).await;
+                        return Err(e);
+                    }
+                    held
                 }
                 None => !guards.iter().any(LockGuard::is_lost),
             };
@@ -195,7 +222,7 @@ impl MultiLock {
                 return Ok(Some(MultiGuard { guards }));
             }
             // A part was lost while the others were waited for (forced open, say): start over.
-            let _ = release_all(guards).await;
+            give_back(guards).await;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
@@ -227,26 +254,34 @@ impl MultiLock {
                     }
                 }
             };
-            let part = match &scope {
-                Some(scope) => Box::pin(scope.clone().run(take)).await,
-                None => take.await,
+            let take: PartFuture<'_, _> = match &scope {
+                Some(scope) => Box::pin(scope.clone().run(take)),
+                None => Box::pin(take),
             };
-            match part {
+            match take.await {
                 Ok(Some(guard)) => {
                     scope = Some(guard.enter_within(scope.take()));
                     guards.push(guard);
                 }
                 Ok(None) => {
-                    let _ = release_all(guards).await;
+                    give_back(guards).await;
                     return Ok(None);
                 }
                 Err(e) => {
-                    let _ = release_all(guards).await;
-                    return Err(e);
+                    give_back(guards).await;
+                    return Err(lock.part().failed(e));
                 }
             }
         }
         Ok(Some(guards))
+    }
+}
+
+/// Gives back the parts of an acquisition that will not be handed out; a part that cannot be
+/// given back is left to its lease, as a dropped guard's would be.
+async fn give_back(guards: Vec<LockGuard>) {
+    if let Err(e) = give_back_all(guards).await {
+        tracing::debug!(error = %e, "a MultiLock could not give back a part; its lease frees it");
     }
 }
 
@@ -264,8 +299,8 @@ impl MultiGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Multiple`] with one error per part that could not be released (the others are
-    /// released all the same).
+    /// [`Error::Multiple`] with one [`Error::Part`] per part that could not be released, naming
+    /// its lock and server (the others are released all the same).
     ///
     /// # Cancel safety
     ///
@@ -277,7 +312,9 @@ impl MultiGuard {
     /// # async fn demo(multi: ferrisson::MultiLock) -> ferrisson::Result<()> {
     /// let guard = multi.lock().await?;
     /// if let Err(ferrisson::Error::Multiple { errors }) = guard.unlock().await {
-    ///     eprintln!("{} parts failed to release", errors.len());
+    ///     for e in errors {
+    ///         eprintln!("{e}"); // lock `account:2` on 10.0.0.2:6379: redis request failed: ...
+    ///     }
     /// }
     /// # Ok(()) }
     /// ```

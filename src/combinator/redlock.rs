@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use crate::combinator::release_all;
+use crate::combinator::{PartFuture, give_back_all, release_all};
 use crate::error::{Error, Result};
 use crate::lock::{LockGuard, RLock, lease_ms};
 
@@ -15,9 +15,11 @@ use crate::lock::{LockGuard, RLock, lease_ms};
 /// Each attempt asks every instance at once, each with a per-instance timeout much smaller than
 /// the lease. It succeeds when a majority (N/2+1) granted and the remaining validity,
 /// lease − elapsed − drift (drift = 1% of the lease + 2 ms, elapsed on a monotonic clock), is
-/// still positive. Otherwise every instance is released, those that seemed to fail included (a
-/// grant whose reply was late is repaired away), and the next attempt comes after a random
-/// delay, within the wait budget.
+/// still positive. Otherwise every instance that granted is released before the next attempt
+/// (or the return), also a grant the client counts lost because its reply came past the lease:
+/// its server counts the lease from when it granted, and may hold it for most of a lease yet. A
+/// grant whose reply did not come within the instance timeout is repaired away in the
+/// background. The next attempt comes after a random delay, within the wait budget.
 ///
 /// Give it one lock per independent master (each from its own [`Client`](crate::Client)). With
 /// the watchdog lease, each instance's client renews its part; the guard stays valid while a
@@ -34,6 +36,11 @@ use crate::lock::{LockGuard, RLock, lease_ms};
 ///   should check a token from one store it trusts.
 /// - A holder paused past its validity (GC, SIGSTOP, swap) may act after another holder got the
 ///   lock; watch [`RedLockGuard::lost`].
+///
+/// An instance that fails is logged (`tracing`, debug) with its lock's name and server; a
+/// release that fails names them in the error ([`Error::Part`]). Every future of a RedLock and
+/// of its guard is `Send`, so it can be handed to `tokio::spawn` once the RedLock (cheap to
+/// clone) is moved in.
 ///
 /// # Examples
 ///
@@ -103,6 +110,10 @@ impl RedLock {
     /// ```no_run
     /// # async fn demo(redlock: ferrisson::RedLock) -> ferrisson::Result<()> {
     /// redlock.lock().await?.unlock().await.ok();
+    ///
+    /// // Or in a task of its own.
+    /// let task = tokio::spawn(async move { redlock.lock().await });
+    /// task.await.expect("the task ran")?.unlock().await.ok();
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self) -> Result<RedLockGuard> {
@@ -134,7 +145,8 @@ impl RedLock {
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
     }
 
-    /// One attempt: `Ok(None)` when a majority could not be had (contention, or validity spent).
+    /// One attempt: `Ok(None)` when a majority could not be had (contention, or validity spent),
+    /// with every grant it got released on its server before it returns.
     ///
     /// # Errors
     ///
@@ -214,21 +226,21 @@ impl RedLock {
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         loop {
             let started = Instant::now();
-            let attempts = self.locks.iter().map(|lock| async move {
-                match tokio::time::timeout(
-                    instance_timeout,
-                    lock.try_lock_for(Duration::ZERO, lease),
-                )
-                .await
-                {
-                    Ok(Ok(granted)) => Some(granted),
-                    Ok(Err(e)) => {
-                        tracing::debug!(lock = %lock.name(), error = %e, "redlock instance failed");
-                        None
+            let attempts = self.locks.iter().map(|lock| {
+                let attempt: PartFuture<'_, _> = Box::pin(async move {
+                    let attempt = lock.try_lock_for(Duration::ZERO, lease);
+                    match tokio::time::timeout(instance_timeout, attempt).await {
+                        Ok(Ok(granted)) => Some(granted),
+                        Ok(Err(e)) => {
+                            let e = lock.part().failed(e);
+                            tracing::debug!(error = %e, "a RedLock instance failed");
+                            None
+                        }
+                        // Dropping the attempt repairs a grant that may still arrive.
+                        Err(_) => None,
                     }
-                    // Dropping the attempt repairs a grant that may still arrive.
-                    Err(_) => None,
-                }
+                });
+                attempt
             });
             let answers = join_all(attempts).await;
             let elapsed = started.elapsed();
@@ -246,7 +258,11 @@ impl RedLock {
                     fixed: lease.is_some(),
                 }));
             }
-            let _ = release_all(granted).await;
+            // Given back before anything returns, grants whose reply came past the lease too:
+            // their servers may hold them for most of a lease yet.
+            if let Err(e) = give_back_all(granted).await {
+                tracing::debug!(error = %e, "a RedLock could not give back a grant; its lease frees it");
+            }
             if answered < self.quorum() {
                 return Err(Error::QuorumNotReached {
                     answered,
@@ -359,8 +375,8 @@ impl RedLockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Multiple`] with one error per instance that could not be released (for example
-    /// one that is down: its lease frees it).
+    /// [`Error::Multiple`] with one [`Error::Part`] per instance that could not be released,
+    /// naming its lock and server (for example one that is down: its lease frees it).
     ///
     /// # Cancel safety
     ///

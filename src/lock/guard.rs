@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use tokio::sync::OwnedMutexGuard;
 
+use crate::lock::handle::PartOf;
 use crate::lock::holder::Holder;
 use crate::lock::holds::Holds;
 
@@ -180,6 +181,24 @@ impl LockGuard {
         debug_assert!(self.renewed, "only a renewed hold is given a fixed lease");
         self.renewed = false;
         self.holder.fix_lease(&self.lease, lease_ms).await
+    }
+
+    /// This hold's lock as a combinator's part, to name it in an error.
+    pub(crate) fn part(&self) -> PartOf {
+        PartOf::of(&self.holder.handle)
+    }
+
+    /// Gives back a hold a combinator will not hand out, and returns once the server has let it
+    /// go. As [`unlock`](Self::unlock), except for a hold the client already counts lost: its
+    /// lease, counted from when the acquire was sent, ran out before the grant's reply came,
+    /// but the server's, counted from when it granted, may still run. `unlock` leaves such a
+    /// hold to a background removal; here it is removed before this returns.
+    pub(crate) async fn give_back(self) -> Result<()> {
+        let holder = self.holder.clone();
+        match self.unlock().await {
+            Err(crate::Error::LockLost { .. }) => holder.remove_leftover_now().await,
+            settled => settled,
+        }
     }
 
     /// When Redis may expire this hold unless a renewal confirms it before.

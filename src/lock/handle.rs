@@ -16,6 +16,26 @@ use crate::lock::owner::Owner;
 use crate::lock::replies::{Inspection, inspect_field, run_force_unlock};
 use crate::lock::scope::{Nesting, ScopeKey, nesting};
 
+/// A lock as a combinator names it when it fails as a part: its name and its client's server.
+/// Kept while the part's guard is given back, so the release's error can name it too.
+#[derive(Clone)]
+pub(crate) struct PartOf(Arc<Handle>);
+
+impl PartOf {
+    pub(crate) fn of(handle: &Arc<Handle>) -> Self {
+        PartOf(handle.clone())
+    }
+
+    /// `error`, as this part's failure.
+    pub(crate) fn failed(&self, error: crate::error::Error) -> crate::error::Error {
+        crate::error::Error::Part {
+            name: self.0.name().to_owned(),
+            address: self.0.core.address.to_string(),
+            error: Box::new(error),
+        }
+    }
+}
+
 /// What the lock engine keeps per client, besides the client's shared machinery: how many
 /// owners live, and its local waiters.
 #[derive(Debug, Default)]

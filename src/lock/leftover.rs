@@ -43,6 +43,18 @@ impl Holder {
         self.work_on_leftovers(holds, Duration::from_millis(lease_ms));
     }
 
+    /// Removes the owner's leftover now, when it holds nothing the client knows of but may
+    /// still hold on the server; the background removal then finds nothing left to do. One
+    /// try: on failure the background removal keeps trying.
+    pub(super) async fn remove_leftover_now(&self) -> crate::error::Result<()> {
+        let mut holds = self.holds().lock().await;
+        if holds.leftovers.pending(holds.count) {
+            self.repair_to(&self.owner, 0, 0).await?;
+            holds.leftovers.removed = true;
+        }
+        Ok(())
+    }
+
     /// Makes sure a background task removes the leftovers, trying for at least `within`.
     fn work_on_leftovers(&self, holds: &mut Holds, within: Duration) {
         let leftovers = &mut holds.leftovers;

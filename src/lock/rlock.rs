@@ -8,7 +8,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
 use crate::lock::handle::ClientLocks;
-use crate::lock::handle::Handle;
+use crate::lock::handle::{Handle, PartOf};
 use crate::lock::holder::LeaseMode;
 use crate::lock::lease_ms;
 use crate::lock::ops::LockOps;
@@ -109,6 +109,11 @@ impl RLock {
 
     pub(crate) fn core(&self) -> &Arc<Core> {
         &self.handle.core
+    }
+
+    /// This lock as a combinator's part, to name it in an error.
+    pub(crate) fn part(&self) -> PartOf {
+        PartOf::of(&self.handle)
     }
 
     /// The order in which combinators acquire: by name, then server, then kind, so every

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
 
 mod call;
@@ -66,7 +67,7 @@ impl Executor {
     /// Runs a grant script; with replica-synced grants configured, follows it with `WAIT` on
     /// the synced connection and answers how many replicas acknowledged it, with how many
     /// were wanted (`None` without synced grants).
-    pub(crate) async fn run_synced<T: FromRedisValue>(
+    pub(crate) async fn run_synced<T: FromRedisValue + Send>(
         &self,
         call: &ScriptCall,
         key: &str,
@@ -75,7 +76,10 @@ impl Executor {
             return Ok((self.run(call, key).await?, None));
         };
         // Boxed: a pipeline, a timer and a reload are more than the unsynced path should carry.
-        Box::pin(self.run_with_wait(call, key, synced)).await
+        // As `dyn`, so that their types do not deepen every grant's future either (see
+        // `Connection::with`).
+        let with_wait: BoxFuture<'_, _> = Box::pin(self.run_with_wait(call, key, synced));
+        with_wait.await
     }
 
     /// [`run_synced`](Self::run_synced) on a client whose grants wait for replicas.
