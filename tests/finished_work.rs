@@ -87,9 +87,12 @@ async fn a_release_timing_out_after_the_work_keeps_the_output() {
     let token = answer.expect("the work ran to its end: its output is the answer");
     assert!(token > 0);
     assert_eq!(committed.load(Ordering::SeqCst), 1);
-    assert!(warned_ran_to_end("pay:paused"), "the failed release is logged");
+    assert!(
+        warned_ran_to_end("pay:paused"),
+        "the failed release is logged"
+    );
     // Another client takes it once the leftover hold is removed (not after the 30 s lease).
-    let other = support::client(&server).await;
+    let other = support::client(server).await;
     let guard = other
         .get_lock("pay:paused")
         .try_lock_for(Duration::from_secs(10), None)
