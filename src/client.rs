@@ -58,6 +58,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("id", &self.id())
+            .field("server", &self.inner.address)
             .field("watchdog_timeout", &self.inner.config.watchdog_timeout)
             .finish_non_exhaustive()
     }
@@ -325,22 +326,29 @@ impl Client {
                 None => Error::Connect { address, reason: e },
             }
         };
+        let id = Uuid::new_v4();
+        let peer = crate::outage::Peer {
+            client: id,
+            server: address.as_str().into(),
+        };
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
         let connection = Arc::new(Connection::new(
             target.clone(),
             config.connection_timeout,
             config.response_timeout,
+            peer.clone(),
         ));
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(unreachable("the connection's set-up (SELECT)"))?;
         let mut executor = Executor::new(connection.clone(), config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
-            let synced = Arc::new(Connection::new(
+            let synced = Arc::new(Connection::synced(
                 target.clone(),
                 config.connection_timeout,
                 config.response_timeout + timeout,
+                peer.clone(),
             ));
             // Opened now, like the command connection: a failure shows at build().
             capped(config.connection_timeout, synced.open())
@@ -374,8 +382,8 @@ impl Client {
         let hub = Hub::start(
             target.clone(),
             sharded,
-            config.connection_timeout,
-            config.response_timeout,
+            (config.connection_timeout, config.response_timeout),
+            peer,
             thread.handle(),
         );
         if let Some(sentinels) = target.sentinels() {
@@ -398,7 +406,7 @@ impl Client {
         );
         Ok(Client {
             inner: Arc::new(Core {
-                owners: Owners::new(Uuid::new_v4()),
+                owners: Owners::new(id),
                 address: address.into(),
                 config,
                 executor,

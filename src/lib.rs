@@ -16,6 +16,7 @@ mod lock;
 mod map;
 mod names;
 mod observe;
+mod outage;
 mod owner;
 mod pending;
 mod pubsub;
