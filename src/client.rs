@@ -69,10 +69,12 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL; [`Error::NoRuntime`] outside a Tokio runtime;
+    /// [`Error::Config`] for a malformed URL (`http://..` or `host:port` say to write
+    /// `redis://host:port`); [`Error::NoRuntime`] outside a Tokio runtime;
     /// [`Error::Connect`] when no connection to the server opens within the connection timeout
-    /// (5 s): refused, a name that does not resolve, a wrong password, a database the server
-    /// does not have, a server that does not answer; [`Error::PermissionDenied`] when the ACL
+    /// (5 s): refused, a name that does not resolve, a password missing or refused (the message
+    /// says to put it in the URL), a database the server does not have, a server that does not
+    /// answer; [`Error::PermissionDenied`] when the ACL
     /// user may not run the set-up; [`Error::Redis`] when loading the scripts fails, or the
     /// client's thread cannot be started (the OS refused a thread).
     ///
@@ -294,8 +296,10 @@ impl Client {
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let target = Target::of(&config)
-            .map_err(|e| Error::Config(format!("cannot use `{}`: {e}", config.url)))?;
+        let target = Target::of(&config).map_err(|e| {
+            let url = crate::urls::redacted(&config.url);
+            Error::Config(format!("cannot use `{url}`: {e}"))
+        })?;
         // Spans and connect errors name the server: the one URL, a cluster's first seed, or the
         // first sentinel (host and port only: a URL may carry a password).
         let shown = match &config.topology {
@@ -303,9 +307,10 @@ impl Client {
             crate::config::Topology::Cluster(seeds) => seeds[0].as_str(),
             crate::config::Topology::Sentinel { sentinels, .. } => sentinels[0].as_str(),
         };
-        let info = shown
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("cannot use `{shown}`: {e}")))?;
+        let info = shown.into_connection_info().map_err(|e| {
+            let url = crate::urls::redacted(shown);
+            Error::Config(format!("cannot use `{url}`: {e}"))
+        })?;
         let address = match &config.topology {
             crate::config::Topology::Single(_) => info.addr().to_string(),
             crate::config::Topology::Cluster(seeds) if seeds.len() > 1 => {
@@ -318,12 +323,17 @@ impl Client {
         };
         let unreachable = |what: &'static str| {
             let address = address.clone();
-            move |e: redis::RedisError| match crate::error::permission_refusal(&e) {
-                Some(reason) => Error::PermissionDenied {
-                    what: what.into(),
-                    reason,
-                },
-                None => Error::Connect { address, reason: e },
+            move |e: redis::RedisError| {
+                match crate::error::permission_refusal(&e) {
+                    Some(reason) => Error::PermissionDenied {
+                        what: what.into(),
+                        reason,
+                    },
+                    None => Error::Connect {
+                        address,
+                        reason: crate::error::connect_reason(&e),
+                    },
+                }
             }
         };
         let id = Uuid::new_v4();
@@ -358,7 +368,15 @@ impl Client {
         }
         let sharded = executor.probe_sharded().await;
         let executor = executor.with_sharded(sharded);
-        executor.load_all().await?;
+        // The first command a server that wants a password refuses (opening a connection to
+        // one server sends none): a connect error, which says what to do.
+        executor.load_all().await.map_err(|e| match e {
+            Error::Redis(e) if crate::error::auth_refused(&e) => Error::Connect {
+                address: address.clone(),
+                reason: crate::error::connect_reason(&e),
+            },
+            other => other,
+        })?;
 
         let thread = ClientThread::start().await.map_err(|e| {
             Error::Redis(

@@ -35,15 +35,30 @@ pub enum Error {
 
     /// [`Client::connect`](crate::Client::connect) or
     /// [`ClientBuilder::build`](crate::ClientBuilder::build) could not open a connection to
-    /// `address` within the connection timeout: refused, a name that does not resolve, a wrong
-    /// password, a database index the server does not have, a server that does not answer.
-    /// The message says which.
+    /// `address` within the connection timeout: refused, a name that does not resolve, a
+    /// password missing or refused, a database index the server does not have, a server that
+    /// does not answer. The message says which in one line, and what to do where there is
+    /// something to do (a server that requires a password: put it in the URL).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// match ferrisson::Client::connect("redis://127.0.0.1:6379").await {
+    ///     Ok(client) => drop(client),
+    ///     // "cannot connect to redis at 127.0.0.1:6379: the server requires a password
+    ///     // (NOAUTH); put it in the URL: redis://:PASSWORD@host:port, ..."
+    ///     Err(ferrisson::Error::Connect { address, reason }) => eprintln!("{address}: {reason}"),
+    ///     Err(other) => eprintln!("{other}"),
+    /// }
+    /// # }
+    /// ```
     #[error("cannot connect to redis at {address}: {reason}")]
     Connect {
         /// Where the client tried to connect (host and port, never credentials).
         address: String,
-        /// The redis crate's error.
-        reason: RedisError,
+        /// Why, in one line: Redis' or the system's reason, or what to do about it.
+        reason: String,
     },
 
     /// The client was closed ([`Client::close`](crate::Client::close)): it takes on no new
@@ -235,6 +250,50 @@ pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
     refused.then(|| detail.unwrap_or_else(|| err.to_string()))
 }
 
+/// The first failure of a pipeline's (the redis crate lists every failed command, the same
+/// error as often as there were commands); any other error as it is.
+pub(crate) fn first_failure(err: RedisError) -> RedisError {
+    match err.clone().into_server_errors() {
+        Some(items) if items.len() > 1 => RedisError::from(items[0].1.clone()),
+        _ => err,
+    }
+}
+
+/// The server's error code of `err`, or of the first failed command of a pipeline.
+fn code_of(err: &RedisError) -> Option<String> {
+    let first = first_failure(err.clone());
+    first.code().map(str::to_owned)
+}
+
+/// What [`Error::Connect`] says about `err`: one line, what to do where there is something to
+/// do.
+pub(crate) fn connect_reason(err: &RedisError) -> String {
+    const NOAUTH: &str = "the server requires a password (NOAUTH); put it in the URL: \
+         redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user";
+    const WRONGPASS: &str = "the server refused the user name or password in the URL \
+         (WRONGPASS): a wrong password or user, a disabled user, or a server without a password";
+    let code = code_of(err);
+    // Some of the redis crate's errors carry the server's reply only in their text (a
+    // cluster's, the sentinels'), some only their own kind.
+    let text = first_failure(err.clone()).to_string();
+    if code.as_deref() == Some("NOAUTH") || text.contains("NOAUTH") {
+        NOAUTH.to_owned()
+    } else if code.as_deref() == Some("WRONGPASS")
+        || text.contains("WRONGPASS")
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+    {
+        WRONGPASS.to_owned()
+    } else {
+        text
+    }
+}
+
+/// Whether `err` is the server asking for a password, or refusing the one given.
+pub(crate) fn auth_refused(err: &RedisError) -> bool {
+    matches!(code_of(err).as_deref(), Some("NOAUTH" | "WRONGPASS"))
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+}
+
 /// `Result` with ferrisson's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -257,6 +316,7 @@ impl Error {
 
     /// Maps a Redis error, naming `key` when Redis says the key holds another type.
     pub(crate) fn from_redis(err: RedisError, key: &str) -> Self {
+        let err = first_failure(err);
         if err.code() == Some("WRONGTYPE") {
             let key = err
                 .detail()

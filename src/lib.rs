@@ -26,6 +26,7 @@ mod script;
 mod slots;
 mod sync;
 mod topology;
+mod urls;
 mod watchdog;
 
 pub use client::Client;
