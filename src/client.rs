@@ -71,6 +71,8 @@ impl Client {
     ///
     /// [`Error::Config`] for a malformed URL (`http://..` or `host:port` say to write
     /// `redis://host:port`); [`Error::NoRuntime`] outside a Tokio runtime;
+    /// [`Error::PausedClock`] on a runtime whose Tokio clock is paused (a test with
+    /// `start_paused`): the client's timeouts need real time;
     /// [`Error::Connect`] when no connection to the server opens within the connection timeout
     /// (5 s): refused, a name that does not resolve, a password missing or refused (the message
     /// says to put it in the URL), a database the server does not have, a server that does not
@@ -296,6 +298,9 @@ impl Client {
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        if crate::clock::paused() {
+            return Err(Error::PausedClock);
+        }
         let target = Target::of(&config).map_err(|e| {
             let url = crate::urls::redacted(&config.url);
             Error::Config(format!("cannot use `{url}`: {e}"))
@@ -324,6 +329,9 @@ impl Client {
         let unreachable = |what: &'static str| {
             let address = address.clone();
             move |e: redis::RedisError| {
+                if crate::clock::is_paused(&e) {
+                    return Error::PausedClock;
+                }
                 match crate::error::permission_refusal(&e) {
                     Some(reason) => Error::PermissionDenied {
                         what: what.into(),

@@ -244,13 +244,17 @@ impl Connection {
     /// Sends one command; an error reply is an `Err`. Gives up after `cap`, or after the
     /// response timeout when that is shorter and the connection is open to one server.
     pub(crate) async fn send(&self, cmd: &Cmd, cap: Duration) -> RedisResult<Value> {
+        // Under a paused clock the reply's timeout would fire at once: say so before sending.
+        if crate::clock::paused() {
+            return Err(crate::clock::error());
+        }
         match self.current() {
             // redis-rs bounds a request on an open connection to one server by the response
             // timeout: a second timer would cost every command a timer-wheel entry for nothing.
             Some((Conn::Single(mut conn), id)) if self.response_timeout <= cap => {
                 let result = cmd.query_async(&mut conn).await;
                 self.check(&result, id);
-                result
+                result.map_err(crate::clock::timed_out)
             }
             // Boxed: the timer, a cluster's routing and the opening of a connection would
             // otherwise make every command's future (and those of its callers) that much larger.
@@ -263,6 +267,9 @@ impl Connection {
 
     /// Sends a pipeline and reads its replies as a `T`.
     pub(crate) async fn send_pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
+        if crate::clock::paused() {
+            return Err(crate::clock::error());
+        }
         self.with(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await
     }
@@ -455,7 +462,8 @@ impl Connection {
                     break (conn, moving.then(Home::here));
                 }
                 Ok(Err(e)) => {
-                    if reopening {
+                    let e = crate::clock::timed_out(e);
+                    if reopening && !crate::clock::is_paused(&e) {
                         self.outage.failed(&e);
                     }
                     return Err(e);

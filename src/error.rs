@@ -66,6 +66,39 @@ pub enum Error {
     #[error("the client was closed; build a new one to take locks again")]
     Closed,
 
+    /// The calling runtime's Tokio clock is paused (`tokio::time::pause`, or
+    /// `#[tokio::test(start_paused = true)]`). The client's timeouts run on the clock of the
+    /// runtime that awaits them, and a paused clock jumps to the next timer whenever the
+    /// runtime waits for Redis: every timeout would fire at once. So a client is not built
+    /// there, and a call made there after the clock was paused fails with this (a call that was
+    /// already on its way may have reached Redis, as after a timeout; the client repairs it as
+    /// it does then). Connecting before pausing is not enough.
+    ///
+    /// What works: make the client's calls on a runtime whose clock runs, and await them from
+    /// the paused one. The client's own thread, which renews leases and wakes waiters, is never
+    /// paused.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// // The body of a `#[tokio::test(start_paused = true)]`: the calls to Redis run on a
+    /// // second runtime, in real time, and the test awaits them on its paused one.
+    /// let real_time = tokio::runtime::Runtime::new().unwrap();
+    /// let connect = ferrisson::Client::connect("redis://127.0.0.1:6379");
+    /// let client = real_time.spawn(connect).await.unwrap()?;
+    /// let lock = client.get_lock("job");
+    /// let guard = real_time.spawn(async move { lock.lock().await }).await.unwrap()?;
+    /// tokio::time::sleep(std::time::Duration::from_secs(3600)).await; // paused: no wait
+    /// real_time.spawn(guard.unlock()).await.unwrap()?;
+    /// real_time.shutdown_background(); // a runtime may not be dropped in async code
+    /// # Ok(()) }
+    /// ```
+    #[error(
+        "the Tokio clock is paused (tokio::time::pause or #[tokio::test(start_paused = true)]): ferrisson's timeouts need real time, and on a paused clock they fire at once; connecting before pausing is not enough: make ferrisson's calls on a runtime whose clock runs (see Error::PausedClock)"
+    )]
+    PausedClock,
+
     /// A client was made, or a call made, outside a Tokio runtime.
     #[error(
         "ferrisson needs a Tokio runtime: create and use the client inside one (e.g. in an async fn run by #[tokio::main])"
@@ -316,6 +349,9 @@ impl Error {
 
     /// Maps a Redis error, naming `key` when Redis says the key holds another type.
     pub(crate) fn from_redis(err: RedisError, key: &str) -> Self {
+        if crate::clock::is_paused(&err) {
+            return Error::PausedClock;
+        }
         let err = first_failure(err);
         if err.code() == Some("WRONGTYPE") {
             let key = err

@@ -3,6 +3,7 @@
 
 pub mod blocking;
 mod client;
+mod clock;
 mod combinator;
 mod config;
 mod connection;

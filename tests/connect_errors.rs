@@ -1,7 +1,11 @@
 //! Errors at connect say what to do, in one line: a server that wants a password, a password
-//! refused, a URL of another scheme or without one.
+//! refused, a URL of another scheme or without one, and a test runtime whose clock is paused
+//! (`start_paused`, `tokio::time::pause`), where the client cannot run, and says so instead of
+//! "timed out".
 
 mod support;
+
+use std::time::Duration;
 
 use ferrisson::{Client, Error};
 use support::RedisServer;
@@ -167,4 +171,123 @@ async fn cluster_seeds_and_sentinels_of_another_scheme_say_so_too() {
         ),
         "{err}"
     );
+}
+
+/// What a paused clock must never look like: the server's fault.
+fn not_a_timeout(shown: &str) {
+    let lower = shown.to_lowercase();
+    for word in ["timed out", "no reply", "no answer"] {
+        assert!(!lower.contains(word), "`{shown}` blames the server");
+    }
+}
+
+fn names_paused_time(err: &Error) {
+    let shown = err.to_string();
+    eprintln!("{shown}");
+    assert!(matches!(err, Error::PausedClock), "{err:?}");
+    assert!(
+        shown.starts_with(
+            "the Tokio clock is paused (tokio::time::pause or #[tokio::test(start_paused = true)])"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("connecting before pausing is not enough"),
+        "{shown}"
+    );
+    not_a_timeout(&shown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn connecting_on_paused_time_names_it() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let err = Client::connect(&server.url()).await.unwrap_err();
+    names_paused_time(&err);
+}
+
+#[tokio::test]
+async fn pausing_after_connect_names_it_at_the_next_call() {
+    let server = RedisServer::start();
+    let client = support::client(&server).await;
+    let lock = client.get_lock("paused-after");
+    let held = lock.lock().await.unwrap();
+    tokio::time::pause();
+    let err = lock.lock().await.unwrap_err();
+    names_paused_time(&err);
+    let err = lock
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap_err();
+    names_paused_time(&err);
+    let err = client
+        .get_semaphore("paused-after:s")
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    names_paused_time(&err);
+    // The client's own thread kept the lease meanwhile, and once the clock runs again the
+    // client works.
+    tokio::time::resume();
+    assert!(!held.is_lost());
+    held.unlock().await.unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_test_that_starts_paused_and_resumes_to_connect_hears_it_after_pausing_again() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    tokio::time::resume();
+    let client = support::client(&server).await;
+    let lock = client.get_lock("paused-again");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    tokio::time::pause();
+    names_paused_time(&lock.lock().await.unwrap_err());
+    names_paused_time(&lock.is_locked().await.unwrap_err());
+}
+
+/// The way that works: the code that uses the client runs on a second runtime, in real time,
+/// and the paused test awaits it.
+#[tokio::test(start_paused = true)]
+async fn calls_made_on_a_second_runtime_work_from_a_paused_test() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    let real_time = tokio::runtime::Runtime::new().unwrap();
+    let url = server.url();
+    let client = real_time
+        .spawn(async move { Client::connect(&url).await })
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = client.get_lock("second-runtime");
+    let guard = real_time
+        .spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3600)).await; // paused: no time passes
+    let other = lock.clone();
+    let (lost, busy) = real_time
+        .spawn(async move {
+            let busy = other
+                .try_lock_for(Duration::from_millis(200), None)
+                .await
+                .map(|g| g.is_none());
+            let lost = guard.is_lost();
+            guard.unlock().await.unwrap();
+            (lost, busy)
+        })
+        .await
+        .unwrap();
+    assert!(!lost, "the hold was kept");
+    assert!(busy.unwrap(), "the lock was held");
+    drop(client);
+    real_time.shutdown_background();
 }
