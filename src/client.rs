@@ -58,6 +58,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("id", &self.id())
+            .field("server", &self.inner.address)
             .field("watchdog_timeout", &self.inner.config.watchdog_timeout)
             .finish_non_exhaustive()
     }
@@ -68,10 +69,14 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL; [`Error::NoRuntime`] outside a Tokio runtime;
+    /// [`Error::Config`] for a malformed URL (`http://..` or `host:port` say to write
+    /// `redis://host:port`); [`Error::NoRuntime`] outside a Tokio runtime;
+    /// [`Error::PausedClock`] on a runtime whose Tokio clock is paused (a test with
+    /// `start_paused`): the client's timeouts need real time;
     /// [`Error::Connect`] when no connection to the server opens within the connection timeout
-    /// (5 s): refused, a name that does not resolve, a wrong password, a database the server
-    /// does not have, a server that does not answer; [`Error::PermissionDenied`] when the ACL
+    /// (5 s): refused, a name that does not resolve, a password missing or refused (the message
+    /// says to put it in the URL), a database the server does not have, a server that does not
+    /// answer; [`Error::PermissionDenied`] when the ACL
     /// user may not run the set-up; [`Error::Redis`] when loading the scripts fails, or the
     /// client's thread cannot be started (the OS refused a thread).
     ///
@@ -293,8 +298,13 @@ impl Client {
 
     pub(crate) async fn start(config: Config) -> Result<Client> {
         tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let target = Target::of(&config)
-            .map_err(|e| Error::Config(format!("cannot use `{}`: {e}", config.url)))?;
+        if crate::clock::paused() {
+            return Err(Error::PausedClock);
+        }
+        let target = Target::of(&config).map_err(|e| {
+            let url = crate::urls::redacted(&config.url);
+            Error::Config(format!("cannot use `{url}`: {e}"))
+        })?;
         // Spans and connect errors name the server: the one URL, a cluster's first seed, or the
         // first sentinel (host and port only: a URL may carry a password).
         let shown = match &config.topology {
@@ -302,9 +312,10 @@ impl Client {
             crate::config::Topology::Cluster(seeds) => seeds[0].as_str(),
             crate::config::Topology::Sentinel { sentinels, .. } => sentinels[0].as_str(),
         };
-        let info = shown
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("cannot use `{shown}`: {e}")))?;
+        let info = shown.into_connection_info().map_err(|e| {
+            let url = crate::urls::redacted(shown);
+            Error::Config(format!("cannot use `{url}`: {e}"))
+        })?;
         let address = match &config.topology {
             crate::config::Topology::Single(_) => info.addr().to_string(),
             crate::config::Topology::Cluster(seeds) if seeds.len() > 1 => {
@@ -317,13 +328,26 @@ impl Client {
         };
         let unreachable = |what: &'static str| {
             let address = address.clone();
-            move |e: redis::RedisError| match crate::error::permission_refusal(&e) {
-                Some(reason) => Error::PermissionDenied {
-                    what: what.into(),
-                    reason,
-                },
-                None => Error::Connect { address, reason: e },
+            move |e: redis::RedisError| {
+                if crate::clock::is_paused(&e) {
+                    return Error::PausedClock;
+                }
+                match crate::error::permission_refusal(&e) {
+                    Some(reason) => Error::PermissionDenied {
+                        what: what.into(),
+                        reason,
+                    },
+                    None => Error::Connect {
+                        address,
+                        reason: crate::error::connect_reason(&e),
+                    },
+                }
             }
+        };
+        let id = Uuid::new_v4();
+        let peer = crate::outage::Peer {
+            client: id,
+            server: address.as_str().into(),
         };
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
@@ -331,16 +355,18 @@ impl Client {
             target.clone(),
             config.connection_timeout,
             config.response_timeout,
+            peer.clone(),
         ));
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(unreachable("the connection's set-up (SELECT)"))?;
         let mut executor = Executor::new(connection.clone(), config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
-            let synced = Arc::new(Connection::new(
+            let synced = Arc::new(Connection::synced(
                 target.clone(),
                 config.connection_timeout,
                 config.response_timeout + timeout,
+                peer.clone(),
             ));
             // Opened now, like the command connection: a failure shows at build().
             capped(config.connection_timeout, synced.open())
@@ -350,7 +376,15 @@ impl Client {
         }
         let sharded = executor.probe_sharded().await;
         let executor = executor.with_sharded(sharded);
-        executor.load_all().await?;
+        // The first command a server that wants a password refuses (opening a connection to
+        // one server sends none): a connect error, which says what to do.
+        executor.load_all().await.map_err(|e| match e {
+            Error::Redis(e) if crate::error::auth_refused(&e) => Error::Connect {
+                address: address.clone(),
+                reason: crate::error::connect_reason(&e),
+            },
+            other => other,
+        })?;
 
         let thread = ClientThread::start().await.map_err(|e| {
             Error::Redis(
@@ -374,8 +408,8 @@ impl Client {
         let hub = Hub::start(
             target.clone(),
             sharded,
-            config.connection_timeout,
-            config.response_timeout,
+            (config.connection_timeout, config.response_timeout),
+            peer,
             thread.handle(),
         );
         if let Some(sentinels) = target.sentinels() {
@@ -398,7 +432,7 @@ impl Client {
         );
         Ok(Client {
             inner: Arc::new(Core {
-                owners: Owners::new(Uuid::new_v4()),
+                owners: Owners::new(id),
                 address: address.into(),
                 config,
                 executor,

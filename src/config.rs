@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lease::MAX_LEASE;
+use crate::urls::{check_scheme, check_urls};
 
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -45,30 +46,6 @@ pub(crate) enum Topology {
         master: String,
         sentinels: Vec<String>,
     },
-}
-
-/// Checks a list of node URLs: not empty, all of one scheme that ferrisson speaks.
-fn check_urls(what: &str, urls: &[String]) -> Result<()> {
-    let Some(first) = urls.first() else {
-        return Err(Error::Config(format!("{what}: no URL given")));
-    };
-    let scheme = |url: &str| url.split_once("://").map(|(s, _)| s.to_owned());
-    for url in urls {
-        match scheme(url).as_deref() {
-            Some("redis" | "rediss") => {}
-            _ => {
-                return Err(Error::Config(format!(
-                    "{what}: `{url}` is not a redis:// or rediss:// URL"
-                )));
-            }
-        }
-        if scheme(url) != scheme(first) {
-            return Err(Error::Config(format!(
-                "{what}: `{url}` and `{first}` mix plain and TLS connections"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// How a fair lock's waiters keep their place in its queue.
@@ -195,9 +172,23 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The server to connect to: `redis://[user:password@]host[:port][/db]`.
+    /// The server to connect to: `redis://[user:password@]host[:port][/db]`, `rediss://` for
+    /// TLS (with the `tls` feature), or a Unix socket (`unix:///path`, `redis+unix:///path`).
     ///
-    /// There is no default: [`build`](Self::build) fails without one.
+    /// There is no default: [`build`](Self::build) fails without one. Another scheme
+    /// (`http://`) or none (`host:port`) fails there with [`Error::Config`], which says what to
+    /// write instead (`redis://host:port`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://:s3cret@cache.internal:6379/0") // a password, and database 0
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -500,10 +491,13 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a missing or malformed URL, a duration out of its range, or a fair
-    /// lock thread wait time shorter than the fair lock queue timeout;
-    /// [`Error::NoRuntime`] outside a Tokio runtime; [`Error::Connect`] when no connection opens
-    /// within the connection timeout (see [`Client::connect`](crate::Client::connect));
+    /// [`Error::Config`] for a missing or malformed URL (another scheme than `redis://` or
+    /// `rediss://`, or none), a duration out of its range, or a fair lock thread wait time
+    /// shorter than the fair lock queue timeout;
+    /// [`Error::NoRuntime`] outside a Tokio runtime; [`Error::PausedClock`] on a runtime whose
+    /// clock is paused; [`Error::Connect`] when no connection opens within the connection
+    /// timeout, or the server wants a password the URL does not carry or refuses the one it
+    /// does (see [`Client::connect`](crate::Client::connect));
     /// [`Error::Redis`] when loading the scripts fails, or the client's thread cannot be
     /// started.
     ///
@@ -525,7 +519,10 @@ impl ClientBuilder {
 
     pub(crate) fn check(self) -> Result<Config> {
         let (url, topology) = match (self.url, self.cluster, self.sentinel) {
-            (Some(url), None, None) => (url.clone(), Topology::Single(url)),
+            (Some(url), None, None) => {
+                check_scheme("url", &url, true)?;
+                (url.clone(), Topology::Single(url))
+            }
             (None, Some(seeds), None) => {
                 check_urls("cluster", &seeds)?;
                 (seeds[0].clone(), Topology::Cluster(seeds))

@@ -78,7 +78,7 @@ fn topologies_are_checked() {
     ));
     assert!(refused(
         ClientBuilder::default().cluster(["http://a:1"]),
-        "not a redis"
+        "is not a Redis URL"
     ));
     assert!(refused(
         ClientBuilder::default().sentinel("", ["redis://a:1"]),

@@ -33,6 +33,7 @@ use redis::{
 };
 
 use crate::deadline::capped;
+use crate::outage::{Outage, Peer};
 use crate::topology::Target;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -110,6 +111,10 @@ pub(crate) struct Connection {
     changes: watch::Sender<u64>,
     /// The client's thread, where the connection of its own background work is homed.
     own_home: std::sync::OnceLock<Handle>,
+    /// Outages of the connection callers use, and of the background work's own: what they log
+    /// and when the next attempt to reconnect may go.
+    outage: Outage,
+    own_outage: Outage,
 }
 
 impl std::fmt::Debug for Connection {
@@ -183,11 +188,12 @@ impl Drop for Sentinel {
 
 impl Connection {
     /// A connection to `target`, whose opening may take `connection_timeout` and each reply
-    /// `response_timeout`; nothing is opened yet.
+    /// `response_timeout`; nothing is opened yet. Its outages are logged as `peer`'s.
     pub(crate) fn new(
         target: Target,
         connection_timeout: Duration,
         response_timeout: Duration,
+        peer: Peer,
     ) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connection_timeout))
@@ -201,7 +207,21 @@ impl Connection {
             opening_own: tokio::sync::Mutex::new(()),
             changes: watch::Sender::new(0),
             own_home: std::sync::OnceLock::new(),
+            outage: Outage::new("command", peer.clone()),
+            own_outage: Outage::new("background", peer),
         }
+    }
+
+    /// The same, for the connection that sends replica-synced grants (its outages say so).
+    pub(crate) fn synced(
+        target: Target,
+        connection_timeout: Duration,
+        response_timeout: Duration,
+        peer: Peer,
+    ) -> Self {
+        let mut connection = Self::new(target, connection_timeout, response_timeout, peer.clone());
+        connection.outage = Outage::new("synced command", peer);
+        connection
     }
 
     /// Homes the connection of the client's own background work on `thread` (the client's
@@ -225,13 +245,17 @@ impl Connection {
     /// Sends one command; an error reply is an `Err`. Gives up after `cap`, or after the
     /// response timeout when that is shorter and the connection is open to one server.
     pub(crate) async fn send(&self, cmd: &Cmd, cap: Duration) -> RedisResult<Value> {
+        // Under a paused clock the reply's timeout would fire at once: say so before sending.
+        if crate::clock::paused() {
+            return Err(crate::clock::error());
+        }
         match self.current() {
             // redis-rs bounds a request on an open connection to one server by the response
             // timeout: a second timer would cost every command a timer-wheel entry for nothing.
             Some((Conn::Single(mut conn), id)) if self.response_timeout <= cap => {
                 let result = cmd.query_async(&mut conn).await;
                 self.check(&result, id);
-                result
+                result.map_err(crate::clock::timed_out)
             }
             // Boxed: the timer, a cluster's routing and the opening of a connection would
             // otherwise make every command's future (and those of its callers) that much larger;
@@ -246,6 +270,9 @@ impl Connection {
 
     /// Sends a pipeline and reads its replies as a `T`.
     pub(crate) async fn send_pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
+        if crate::clock::paused() {
+            return Err(crate::clock::error());
+        }
         self.with(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await
     }
@@ -276,8 +303,11 @@ impl Connection {
     fn check<T>(&self, result: &RedisResult<T>, id: u64) {
         if let Err(e) = result
             && (e.is_unrecoverable_error() || self.target.moved_away(e))
+            && let Some(outage) = self.broken(id)
+            // A demoted master is a move, not an outage.
+            && !self.target.moved_away(e)
         {
-            self.broken(id);
+            outage.lost(e);
         }
     }
 
@@ -301,6 +331,13 @@ impl Connection {
         if self.target.is_cluster() {
             self.changes.send_modify(|n| *n += 1);
         } else {
+            // Only the heartbeat suspects, over the background work's own connection: that one
+            // is known lost. The callers' connection is given up quietly; it is reported if
+            // opening it again fails.
+            if self.state().own.is_some() {
+                self.own_outage
+                    .lost(&"a call got no answer in time, or failed");
+            }
             self.reopen();
         }
     }
@@ -329,14 +366,19 @@ impl Connection {
         state.open.as_ref().map(|open| (open.conn.clone(), open.id))
     }
 
-    fn broken(&self, id: u64) {
+    /// Forgets connection `id`; answers the outage record of the connection it was, if it was
+    /// still in use.
+    fn broken(&self, id: u64) -> Option<&Outage> {
         let mut state = self.state();
         if state.open.as_ref().is_some_and(|open| open.id == id) {
             state.open = None;
+            return Some(&self.outage);
         }
         if state.own.as_ref().is_some_and(|open| open.id == id) {
             state.own = None;
+            return Some(&self.own_outage);
         }
+        None
     }
 
     /// Opens the connection of the client's own background work now, on the client's thread
@@ -363,7 +405,17 @@ impl Connection {
         if let Some(open) = self.current() {
             return Ok(open);
         }
-        let conn = connect(self.target.clone(), self.config.clone()).await?;
+        // Before it first opened, a failure is the client's build failing: no outage.
+        let reopening = self.state().own_opened;
+        let conn = if reopening {
+            attempt(
+                &self.own_outage,
+                connect(self.target.clone(), self.config.clone()),
+            )
+            .await?
+        } else {
+            connect(self.target.clone(), self.config.clone()).await?
+        };
         let mut state = self.state();
         state.opened += 1;
         let id = state.opened;
@@ -387,14 +439,19 @@ impl Connection {
         if let Some(open) = self.current() {
             return Ok(open); // opened by the caller that had the turn before
         }
-        let mut home = {
+        let (mut home, reopening) = {
             let state = self.state();
-            state
+            let home = state
                 .home
                 .as_ref()
                 .filter(|home| home.alive())
-                .map(|home| home.runtime.clone())
+                .map(|home| home.runtime.clone());
+            // Before it first opened, a failure is the client's build failing: no outage.
+            (home, state.home.is_some())
         };
+        if reopening && let Some(left) = self.outage.wait() {
+            return Err(self.outage.not_yet(left));
+        }
         let (conn, new_home) = loop {
             let (runtime, moving) = match home.take() {
                 Some(runtime) => (runtime, false),
@@ -408,7 +465,19 @@ impl Connection {
                 .await
             {
                 // `Home::here` watches the current runtime: the one the driver was spawned on.
-                Ok(conn) => break (conn?, moving.then(Home::here)),
+                Ok(Ok(conn)) => {
+                    if reopening {
+                        self.outage.opened();
+                    }
+                    break (conn, moving.then(Home::here));
+                }
+                Ok(Err(e)) => {
+                    let e = crate::clock::timed_out(e);
+                    if reopening && !crate::clock::is_paused(&e) {
+                        self.outage.failed(&e);
+                    }
+                    return Err(e);
+                }
                 // The home shut down meanwhile: open the connection here instead.
                 Err(e) if e.is_cancelled() && !moving => continue,
                 Err(e) => {
@@ -443,4 +512,25 @@ fn no_runtime(_: tokio::runtime::TryCurrentError) -> RedisError {
 
 async fn connect(target: Target, config: AsyncConnectionConfig) -> Result<Conn, RedisError> {
     target.connect(&config).await
+}
+
+/// Reopens a connection that was open before, as `outage` allows: fails at once while the next
+/// attempt must wait, and records how the attempt went.
+async fn attempt(
+    outage: &Outage,
+    open: impl Future<Output = RedisResult<Conn>>,
+) -> RedisResult<Conn> {
+    if let Some(left) = outage.wait() {
+        return Err(outage.not_yet(left));
+    }
+    match open.await {
+        Ok(conn) => {
+            outage.opened();
+            Ok(conn)
+        }
+        Err(e) => {
+            outage.failed(&e);
+            Err(e)
+        }
+    }
 }

@@ -35,21 +35,69 @@ pub enum Error {
 
     /// [`Client::connect`](crate::Client::connect) or
     /// [`ClientBuilder::build`](crate::ClientBuilder::build) could not open a connection to
-    /// `address` within the connection timeout: refused, a name that does not resolve, a wrong
-    /// password, a database index the server does not have, a server that does not answer.
-    /// The message says which.
+    /// `address` within the connection timeout: refused, a name that does not resolve, a
+    /// password missing or refused, a database index the server does not have, a server that
+    /// does not answer. The message says which in one line, and what to do where there is
+    /// something to do (a server that requires a password: put it in the URL).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// match ferrisson::Client::connect("redis://127.0.0.1:6379").await {
+    ///     Ok(client) => drop(client),
+    ///     // "cannot connect to redis at 127.0.0.1:6379: the server requires a password
+    ///     // (NOAUTH); put it in the URL: redis://:PASSWORD@host:port, ..."
+    ///     Err(ferrisson::Error::Connect { address, reason }) => eprintln!("{address}: {reason}"),
+    ///     Err(other) => eprintln!("{other}"),
+    /// }
+    /// # }
+    /// ```
     #[error("cannot connect to redis at {address}: {reason}")]
     Connect {
         /// Where the client tried to connect (host and port, never credentials).
         address: String,
-        /// The redis crate's error.
-        reason: RedisError,
+        /// Why, in one line: Redis' or the system's reason, or what to do about it.
+        reason: String,
     },
 
     /// The client was closed ([`Client::close`](crate::Client::close)): it takes on no new
     /// acquire or wait. Releases, renewals and reads still work.
     #[error("the client was closed; build a new one to take locks again")]
     Closed,
+
+    /// The calling runtime's Tokio clock is paused (`tokio::time::pause`, or
+    /// `#[tokio::test(start_paused = true)]`). The client's timeouts run on the clock of the
+    /// runtime that awaits them, and a paused clock jumps to the next timer whenever the
+    /// runtime waits for Redis: every timeout would fire at once. So a client is not built
+    /// there, and a call made there after the clock was paused fails with this (a call that was
+    /// already on its way may have reached Redis, as after a timeout; the client repairs it as
+    /// it does then). Connecting before pausing is not enough.
+    ///
+    /// What works: make the client's calls on a runtime whose clock runs, and await them from
+    /// the paused one. The client's own thread, which renews leases and wakes waiters, is never
+    /// paused.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// // The body of a `#[tokio::test(start_paused = true)]`: the calls to Redis run on a
+    /// // second runtime, in real time, and the test awaits them on its paused one.
+    /// let real_time = tokio::runtime::Runtime::new().unwrap();
+    /// let connect = ferrisson::Client::connect("redis://127.0.0.1:6379");
+    /// let client = real_time.spawn(connect).await.unwrap()?;
+    /// let lock = client.get_lock("job");
+    /// let guard = real_time.spawn(async move { lock.lock().await }).await.unwrap()?;
+    /// tokio::time::sleep(std::time::Duration::from_secs(3600)).await; // paused: no wait
+    /// real_time.spawn(guard.unlock()).await.unwrap()?;
+    /// real_time.shutdown_background(); // a runtime may not be dropped in async code
+    /// # Ok(()) }
+    /// ```
+    #[error(
+        "the Tokio clock is paused (tokio::time::pause or #[tokio::test(start_paused = true)]): ferrisson's timeouts need real time, and on a paused clock they fire at once; connecting before pausing is not enough: make ferrisson's calls on a runtime whose clock runs (see Error::PausedClock)"
+    )]
+    PausedClock,
 
     /// A client was made, or a call made, outside a Tokio runtime.
     #[error(
@@ -237,6 +285,50 @@ pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
     refused.then(|| detail.unwrap_or_else(|| err.to_string()))
 }
 
+/// The first failure of a pipeline's (the redis crate lists every failed command, the same
+/// error as often as there were commands); any other error as it is.
+pub(crate) fn first_failure(err: RedisError) -> RedisError {
+    match err.clone().into_server_errors() {
+        Some(items) if items.len() > 1 => RedisError::from(items[0].1.clone()),
+        _ => err,
+    }
+}
+
+/// The server's error code of `err`, or of the first failed command of a pipeline.
+fn code_of(err: &RedisError) -> Option<String> {
+    let first = first_failure(err.clone());
+    first.code().map(str::to_owned)
+}
+
+/// What [`Error::Connect`] says about `err`: one line, what to do where there is something to
+/// do.
+pub(crate) fn connect_reason(err: &RedisError) -> String {
+    const NOAUTH: &str = "the server requires a password (NOAUTH); put it in the URL: \
+         redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user";
+    const WRONGPASS: &str = "the server refused the user name or password in the URL \
+         (WRONGPASS): a wrong password or user, a disabled user, or a server without a password";
+    let code = code_of(err);
+    // Some of the redis crate's errors carry the server's reply only in their text (a
+    // cluster's, the sentinels'), some only their own kind.
+    let text = first_failure(err.clone()).to_string();
+    if code.as_deref() == Some("NOAUTH") || text.contains("NOAUTH") {
+        NOAUTH.to_owned()
+    } else if code.as_deref() == Some("WRONGPASS")
+        || text.contains("WRONGPASS")
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+    {
+        WRONGPASS.to_owned()
+    } else {
+        text
+    }
+}
+
+/// Whether `err` is the server asking for a password, or refusing the one given.
+pub(crate) fn auth_refused(err: &RedisError) -> bool {
+    matches!(code_of(err).as_deref(), Some("NOAUTH" | "WRONGPASS"))
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+}
+
 /// `Result` with ferrisson's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -259,6 +351,10 @@ impl Error {
 
     /// Maps a Redis error, naming `key` when Redis says the key holds another type.
     pub(crate) fn from_redis(err: RedisError, key: &str) -> Self {
+        if crate::clock::is_paused(&err) {
+            return Error::PausedClock;
+        }
+        let err = first_failure(err);
         if err.code() == Some("WRONGTYPE") {
             let key = err
                 .detail()

@@ -3,6 +3,7 @@
 
 pub mod blocking;
 mod client;
+mod clock;
 mod combinator;
 mod config;
 mod connection;
@@ -17,6 +18,7 @@ mod lock;
 mod map;
 mod names;
 mod observe;
+mod outage;
 mod owner;
 mod pending;
 mod pubsub;
@@ -27,6 +29,7 @@ mod signal;
 mod slots;
 mod sync;
 mod topology;
+mod urls;
 mod watchdog;
 
 pub use client::Client;

@@ -136,7 +136,7 @@ where
         if let Some(d) = deadline
             && Instant::now() >= d
         {
-            return Ok(None);
+            return crate::clock::out_of_time();
         }
         // Named only now: an acquire that waits for nothing allocates none of this.
         let Rules {
@@ -199,7 +199,7 @@ where
                 };
                 local.settled();
                 match outcome {
-                    None => return Ok(None),
+                    None => return crate::clock::out_of_time(),
                     Some(Ok(Handed::Granted(hold))) => return Ok(Some(handed(hold))),
                     Some(_) => ask_server = true,
                 }
@@ -245,7 +245,7 @@ where
                     Some(d) => match within(d, asked).await {
                         Some(answer) => answer?,
                         // Seen taken before: not had in time.
-                        None => return Ok(None),
+                        None => return crate::clock::out_of_time(),
                     },
                 };
                 // A local answer never follows a wake-up (wake-ups set `ask_server`), so a
@@ -265,7 +265,7 @@ where
                 let now = Instant::now();
                 if let Some(d) = deadline {
                     if now >= d {
-                        return Ok(None);
+                        return crate::clock::out_of_time();
                     }
                     nap = nap.min(d - now);
                 }
@@ -336,6 +336,9 @@ async fn within<T>(deadline: Instant, attempt: impl Future<Output = T>) -> Optio
 }
 
 fn no_answer_in_time() -> crate::error::Error {
+    if crate::clock::paused() {
+        return crate::error::Error::PausedClock;
+    }
     crate::error::Error::Redis(
         std::io::Error::new(
             std::io::ErrorKind::TimedOut,

@@ -454,8 +454,24 @@ pub(crate) fn lease_lost(labels: &Labels, name: &str, why: Lost, error: Option<&
 }
 
 /// A renewal call for `leases` leases failed (they are tried again until their deadline).
+///
+/// While Redis is down the watchdog retries every fifth of a second: one WARN per ten seconds
+/// says so, with how many failures it left out. Each client's watchdog runs on that client's
+/// own thread, so a limit kept per thread is one per client.
 pub(crate) fn renewals_failed(leases: usize, error: &Error) {
-    tracing::warn!(leases, error = %error, "lease renewal failed; retrying until the leases' deadline");
+    thread_local! {
+        static REPORTS: std::cell::RefCell<crate::outage::Every> =
+            const { std::cell::RefCell::new(crate::outage::Every::new()) };
+    }
+    match REPORTS.with(|every| every.borrow_mut().due()) {
+        Some(left_out) => tracing::warn!(
+            leases,
+            error = %error,
+            failures_since_last_report = left_out,
+            "lease renewal failed; retrying until the leases' deadline"
+        ),
+        None => tracing::debug!(leases, error = %error, "lease renewal failed again"),
+    }
     #[cfg(feature = "metrics")]
     metrics::renewals_failed(leases);
 }

@@ -8,10 +8,15 @@ fn commit() -> Arc<Commit> {
     let target = crate::topology::Target::Single(Box::new(
         redis::Client::open("redis://127.0.0.1:1").unwrap(),
     ));
+    let peer = crate::outage::Peer {
+        client: uuid::Uuid::nil(),
+        server: "127.0.0.1:1".into(),
+    };
     let conn = Arc::new(Connection::new(
         target,
         Duration::from_secs(1),
         Duration::from_secs(1),
+        peer,
     ));
     Arc::new(Commit::new(conn, Duration::from_secs(1), false, None))
 }

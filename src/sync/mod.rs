@@ -84,7 +84,7 @@ where
     }
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Ok(None);
+        return crate::clock::out_of_time();
     }
     let config = &inner.config;
     let budget = deadline.map_or(config.response_timeout, |d| {
@@ -107,7 +107,7 @@ where
         }
         if let Some(d) = deadline {
             if Instant::now() >= d {
-                return Ok(None);
+                return crate::clock::out_of_time();
             }
             until = until.min(d);
         }

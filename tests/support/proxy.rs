@@ -6,6 +6,7 @@
 //! holds the bytes back (as retransmission would) and lets them through when lifted, and the
 //! connections that lost replies are cut when replies flow again.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ pub struct Proxy {
     mode: watch::Sender<Mode>,
     tasks: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
+    /// Connections accepted so far, whatever became of them.
+    accepted: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -44,14 +47,17 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let (mode, _) = watch::channel(Mode::Pass);
         let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let accepted = Arc::new(AtomicUsize::new(0));
         let accept = tokio::spawn({
             let mode = mode.subscribe();
             let tasks = tasks.clone();
+            let accepted = accepted.clone();
             async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
                         continue;
                     };
+                    accepted.fetch_add(1, Ordering::SeqCst);
                     if *mode.borrow() == Mode::Reset {
                         drop(client);
                         continue;
@@ -78,7 +84,14 @@ impl Proxy {
             mode,
             tasks,
             accept,
+            accepted,
         }
+    }
+
+    /// How many connections the proxy accepted so far (a client's connection attempts,
+    /// refused ones included).
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     pub fn port(&self) -> u16 {
