@@ -183,8 +183,12 @@ pub enum Error {
     },
 
     /// A [`RedLock`](crate::RedLock) could not reach a majority of its instances: fewer than
-    /// `needed` of `total` answered (the others failed or did not answer in time).
-    #[error("only {answered} of {total} redis instances answered; a quorum needs {needed}")]
+    /// `needed` of `total` answered (the others failed or did not answer in time); `failures`
+    /// says which and why.
+    #[error(
+        "only {answered} of {total} redis instances answered; a quorum needs {needed}: {}",
+        join(failures)
+    )]
     QuorumNotReached {
         /// Instances that answered (granted or refused).
         answered: usize,
@@ -192,6 +196,9 @@ pub enum Error {
         needed: usize,
         /// Instances of the RedLock.
         total: usize,
+        /// One [`Error::Part`] per instance that did not answer: its lock, its server, and its
+        /// error (a timeout when it did not answer within the instance timeout).
+        failures: Vec<Error>,
     },
 
     /// With [`ClientBuilder::sync_replicas`](crate::ClientBuilder::sync_replicas): fewer

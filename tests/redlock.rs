@@ -190,7 +190,8 @@ async fn a_majority_down_fails_fast_and_leaves_nothing_behind() {
             Error::QuorumNotReached {
                 answered: 0 | 1,
                 needed: 2,
-                total: 3
+                total: 3,
+                ..
             }
         ),
         "{err:?}"
@@ -199,7 +200,16 @@ async fn a_majority_down_fails_fast_and_leaves_nothing_behind() {
         took < Duration::from_millis(500),
         "lock() should fail fast, took {took:?}"
     );
-    assert!(err.to_string().contains("quorum"));
+    let shown = err.to_string();
+    assert!(shown.contains("quorum"), "{shown}");
+    // Each instance that did not answer is named: its lock and its server (through its proxy).
+    for proxy in &cluster.proxies[..2] {
+        assert!(
+            shown.contains(&format!("lock `majority` on 127.0.0.1:{}", proxy.port())),
+            "{shown}"
+        );
+    }
+    assert!(shown.contains("instance timeout"), "{shown}");
     // The one live instance granted and was released; instance 1 granted without telling us,
     // and the repair sent after it (which runs there too) took the grant back.
     let live = &clients[2];

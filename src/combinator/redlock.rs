@@ -230,22 +230,38 @@ impl RedLock {
                 let attempt: PartFuture<'_, _> = Box::pin(async move {
                     let attempt = lock.try_lock_for(Duration::ZERO, lease);
                     match tokio::time::timeout(instance_timeout, attempt).await {
-                        Ok(Ok(granted)) => Some(granted),
+                        Ok(Ok(granted)) => Ok(granted),
                         Ok(Err(e)) => {
                             let e = lock.part().failed(e);
                             tracing::debug!(error = %e, "a RedLock instance failed");
-                            None
+                            Err(e)
                         }
                         // Dropping the attempt repairs a grant that may still arrive.
-                        Err(_) => None,
+                        Err(_) => Err(lock.part().failed(Error::Redis(
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "no answer within the instance timeout ({instance_timeout:?})"
+                                ),
+                            )
+                            .into(),
+                        ))),
                     }
                 });
                 attempt
             });
             let answers = join_all(attempts).await;
             let elapsed = started.elapsed();
-            let answered = answers.iter().filter(|a| a.is_some()).count();
-            let granted: Vec<LockGuard> = answers.into_iter().flatten().flatten().collect();
+            let answered = answers.iter().filter(|a| a.is_ok()).count();
+            let mut granted: Vec<LockGuard> = Vec::new();
+            let mut failures = Vec::new();
+            for answer in answers {
+                match answer {
+                    Ok(Some(guard)) => granted.push(guard),
+                    Ok(None) => {}
+                    Err(e) => failures.push(e),
+                }
+            }
             let validity = lease_len
                 .checked_sub(elapsed + drift)
                 .filter(|v| !v.is_zero());
@@ -268,6 +284,7 @@ impl RedLock {
                     answered,
                     needed: self.quorum(),
                     total: self.locks.len(),
+                    failures,
                 });
             }
             let pause = jitter(self.retry_delay);
