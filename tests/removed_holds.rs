@@ -92,7 +92,13 @@ async fn take(client: &Client, kind: Kind) -> Hold {
 async fn force(other: &Client, kind: Kind, hold: &Hold) {
     let name = name(kind);
     let forced = match (kind, hold) {
-        (Kind::Read, _) => other.get_read_write_lock(&name).read_lock().force_unlock().await,
+        (Kind::Read, _) => {
+            other
+                .get_read_write_lock(&name)
+                .read_lock()
+                .force_unlock()
+                .await
+        }
         (Kind::Write, _) => {
             other
                 .get_read_write_lock(&name)
@@ -105,7 +111,10 @@ async fn force(other: &Client, kind: Kind, hold: &Hold) {
         (Kind::Fenced, _) => other.get_fenced_lock(&name).force_unlock().await,
         (_, Hold::Permit(guard)) => {
             let semaphore = other.get_permit_expirable_semaphore(&name);
-            semaphore.release_by_id(&guard.ids()[0]).await.map(|()| true)
+            semaphore
+                .release_by_id(&guard.ids()[0])
+                .await
+                .map(|()| true)
         }
         _ => other.get_lock(&name).force_unlock().await,
     };
@@ -168,10 +177,7 @@ async fn flushall_is_noticed_within_about_a_second_for_every_kind() {
     let server = RedisServer::start();
     let mut raw = server.raw().await;
     every_kind_notices(&server, |holds| async move {
-        let _: () = redis::cmd("FLUSHALL")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
         holds
     })
     .await;
