@@ -109,8 +109,8 @@ impl Holder {
     }
 
     /// Keeps `lease`'s watchdog registration in line with its guards: renewed while a guard
-    /// wants it renewed, else re-checked after connection changes while any guard lives (a
-    /// fixed lease), else none.
+    /// wants it renewed, else looked at by the heartbeat while any guard lives (a fixed lease),
+    /// else none.
     pub(super) fn keep_watch(&self, lease: &Arc<Lease>, guards: &mut Guards, labels: Labels) {
         self.keep_listed(lease, guards);
         let wanted = if guards.renewed > 0 {

@@ -21,8 +21,8 @@ pub(crate) struct Permits {
     ids: Vec<String>,
     lease: Arc<Lease>,
     target: RenewTarget,
-    /// The watchdog registration renewing the permits (or, with a fixed lease, re-checking them
-    /// after connection changes), while there is one.
+    /// The watchdog registration renewing the permits (or, with a fixed lease, having the
+    /// heartbeat look at them), while there is one.
     renewal: Mutex<Option<u64>>,
     /// Counts the permits as held until the guard is released or dropped.
     held: Held,

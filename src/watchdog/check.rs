@@ -1,9 +1,7 @@
-//! Looks that change nothing: whether holds are still there.
-//! - [`still_held`]: a hold the watchdog does not renew (a fixed lease), re-checked with the
-//!   renewed ones after a connection change, so its holder too hears within about a second that
-//!   it vanished, not at its lease's end.
-//! - [`gone`]: every hold at once, each heartbeat, so a hold that somebody else removed (DEL,
-//!   FLUSHALL, a forced unlock) is noticed within about a second, not at its next renewal.
+//! The heartbeat's look at every hold, which changes nothing: so a hold that somebody else
+//! removed (DEL, FLUSHALL, a forced unlock) or that the server forgot (a restart, a failover) is
+//! noticed within about a second, not at its next renewal; and so a fixed lease, which is never
+//! renewed, is looked at at all.
 
 use std::sync::Arc;
 
@@ -11,44 +9,6 @@ use super::{RenewTarget, Renewal};
 use crate::error::{Error, Result};
 use crate::script::{Executor, HOLDS_PRESENT, ScriptCall};
 use crate::slots::key_slot;
-
-/// Whether the hold `target` marks is still there: its owner's field in the lock hash, or every
-/// permit id in the semaphore's expiry set. A key of another type holds no hold of ours.
-pub(super) async fn still_held(executor: &Executor, target: &RenewTarget) -> Result<bool> {
-    let answer = match target {
-        RenewTarget::HashField { key, field } => has_field(executor, key, field).await,
-        RenewTarget::ReadHolds { key, owner, .. } => has_field(executor, key, owner).await,
-        RenewTarget::Permits { timeouts, ids, .. } => {
-            let mut all = Ok(true);
-            for id in ids.split(' ') {
-                let mut cmd = redis::cmd("ZSCORE");
-                cmd.arg(&**timeouts).arg(id);
-                match executor.read::<Option<f64>>(&cmd, timeouts).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        all = Ok(false);
-                        break;
-                    }
-                    Err(e) => {
-                        all = Err(e);
-                        break;
-                    }
-                }
-            }
-            all
-        }
-    };
-    match answer {
-        Err(Error::WrongType { .. }) => Ok(false),
-        other => other,
-    }
-}
-
-async fn has_field(executor: &Executor, key: &str, field: &str) -> Result<bool> {
-    let mut cmd = redis::cmd("HEXISTS");
-    cmd.arg(key).arg(field);
-    executor.read(&cmd, key).await
-}
 
 /// Holds one presence call looks at, at most: a read of a field each, so a call of this many
 /// takes the server well under a millisecond.

@@ -145,7 +145,7 @@ struct Entry {
     renewal: Arc<Renewal>,
     next_due: Instant,
     in_flight: bool,
-    /// A fixed lease: never renewed, only re-checked after a connection change.
+    /// A fixed lease: never renewed; only the heartbeat's look (see `heartbeat`) checks it.
     checked_only: bool,
     /// The last renewal or check failed: a lease that runs out now ran out for want of them.
     failing: bool,
@@ -154,14 +154,14 @@ struct Entry {
 /// How the watchdog keeps a hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Watch {
-    /// Renewed every third of the watchdog timeout (and re-checked after a connection change).
+    /// Renewed every third of the watchdog timeout (and at once after a connection change).
     Renew,
-    /// A fixed lease: only re-checked after a connection change.
+    /// A fixed lease: never renewed, only looked at with every hold each heartbeat.
     Check,
 }
 
-/// When a checked-only hold is due when no connection change makes it due sooner: never, in
-/// practice (an `Instant` a year ahead stays far from overflowing).
+/// When a checked-only hold is due: never, in practice (an `Instant` a year ahead stays far from
+/// overflowing).
 const NOT_DUE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[derive(Debug, Default)]
@@ -331,21 +331,10 @@ async fn run(
             }
             () = tokio::time::sleep_until(until) => {}
         }
-        let batch = take_due(&shared, Instant::now() + lease / 6);
+        let mut batch = take_due(&shared, Instant::now() + lease / 6);
         if batch.is_empty() {
             continue;
         }
-        let (checks, batch): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|(_, _, checked_only)| *checked_only);
-        let batch: Vec<(u64, Arc<Renewal>)> = batch.into_iter().map(|(id, r, _)| (id, r)).collect();
-        let checks = futures::future::join_all(checks.into_iter().map(|(id, renewal, _)| {
-            let executor = &executor;
-            async move {
-                let held = check::still_held(executor, &renewal.target).await;
-                (id, renewal, held)
-            }
-        }));
         // One script per kind of hold, and on a cluster one per slot (a script's keys must
         // share a slot there): group the batch so, then cut the groups in chunks.
         let per_slot = executor.target().is_cluster();
@@ -357,7 +346,6 @@ async fn run(
             };
             (r.target.script().sha().as_ptr() as usize, slot)
         };
-        let mut batch = batch;
         batch.sort_by_key(|(_, r)| group(r));
         let chunks: Vec<&[(u64, Arc<Renewal>)]> = batch
             .chunk_by(|(_, a), (_, b)| group(a) == group(b))
@@ -366,30 +354,11 @@ async fn run(
         let calls = chunks
             .iter()
             .map(|chunk| renew_chunk(&executor, chunk, lease));
-        let (results, checked) =
-            futures::future::join(futures::future::join_all(calls), checks).await;
-        let failed = results.iter().any(|(_, result)| result.is_err())
-            || checked.iter().any(|(_, _, held)| held.is_err());
-        let retry_in = if rechecking { RECHECK_RETRY } else { retry };
-        let now = Instant::now();
-        // A renewal that failed goes again after `retry_in`; a check of a fixed lease only while
-        // re-checking, else at the next connection change.
-        let again = |checked_only: bool| match (checked_only, rechecking) {
-            (true, false) => now + NOT_DUE,
-            _ => now + retry_in,
-        };
+        let results = futures::future::join_all(calls).await;
+        let failed = results.iter().any(|(_, result)| result.is_err());
+        // A renewal that failed goes again after this.
+        let again = Instant::now() + if rechecking { RECHECK_RETRY } else { retry };
         let mut registry = shared.registry();
-        for (id, renewal, held) in &checked {
-            let answer = match held {
-                Ok(true) => Answer::Held {
-                    revoked: false,
-                    renewed: None,
-                },
-                Ok(false) => Answer::Gone,
-                Err(e) => Answer::Failed(e),
-            };
-            settle(&mut registry, *id, renewal, answer, again);
-        }
         for (chunk, (sent_at, result)) in chunks.into_iter().zip(&results) {
             if let Err(e) = result {
                 crate::observe::renewals_failed(chunk.len(), e)
@@ -402,7 +371,7 @@ async fn run(
                     {
                         Some(revoked) => Answer::Held {
                             revoked,
-                            renewed: Some((*sent_at, lease)),
+                            renewed: (*sent_at, lease),
                         },
                         None => Answer::Gone,
                     },
@@ -415,27 +384,20 @@ async fn run(
     }
 }
 
-/// What a renewal or a check of one hold found.
+/// What a renewal of one hold found.
 enum Answer<'a> {
-    /// Still held; renewed (sent at, for the lease) unless only checked.
+    /// Still held, and renewed (sent at, for the lease).
     Held {
         revoked: bool,
-        renewed: Option<(Instant, Duration)>,
+        renewed: (Instant, Duration),
     },
     /// No longer held: the lease is lost.
     Gone,
     Failed(&'a crate::Error),
 }
 
-/// Takes in what a renewal or check of entry `id` found; `again` says when an entry whose call
-/// failed is due again (by whether it is only checked).
-fn settle(
-    registry: &mut Registry,
-    id: u64,
-    renewal: &Renewal,
-    answer: Answer<'_>,
-    again: impl Fn(bool) -> Instant,
-) {
+/// Takes in what a renewal of entry `id` found; an entry whose call failed is due `again`.
+fn settle(registry: &mut Registry, id: u64, renewal: &Renewal, answer: Answer<'_>, again: Instant) {
     let Some(entry) = registry.entries.get_mut(&id) else {
         // Deregistered while the call was on its way: whoever waits for it to settle (see
         // `deregister_settled`) goes on.
@@ -450,14 +412,12 @@ fn settle(
         crate::observe::lease_lost(&renewal.labels, renewal.target.key(), how, e);
     };
     match answer {
-        Answer::Held { revoked, renewed } => {
-            entry.next_due = match renewed {
-                Some((sent_at, lease)) => {
-                    renewal.lease.renewed(sent_at, lease);
-                    sent_at + lease / 3
-                }
-                None => Instant::now() + NOT_DUE,
-            };
+        Answer::Held {
+            revoked,
+            renewed: (sent_at, lease),
+        } => {
+            renewal.lease.renewed(sent_at, lease);
+            entry.next_due = sent_at + lease / 3;
             if revoked {
                 renewal.lease.mark_revoked();
             }
@@ -471,7 +431,7 @@ fn settle(
             lost(crate::observe::Lost::Expired, Some(e));
             registry.entries.remove(&id);
         }
-        Answer::Failed(_) => entry.next_due = again(entry.checked_only),
+        Answer::Failed(_) => entry.next_due = again,
     }
 }
 
@@ -506,19 +466,23 @@ fn found_gone(shared: &Shared, id: u64, renewal: &Arc<Renewal>) {
     }
 }
 
-/// Makes every lease due now; returns whether there is any.
+/// Makes every renewed lease due now; returns whether there is any. (Fixed leases are looked
+/// at by the heartbeat, which a connection change does not hurry: it beats every second, and
+/// every 200 ms after a failed beat.)
 fn all_due(shared: &Shared) -> bool {
     let now = Instant::now();
     let mut registry = shared.registry();
-    for entry in registry.entries.values_mut() {
+    let mut any = false;
+    for entry in registry.entries.values_mut().filter(|e| !e.checked_only) {
         entry.next_due = now;
+        any = true;
     }
-    !registry.entries.is_empty()
+    any
 }
 
 /// Takes every entry due by `horizon` (renewing a little early costs nothing and fills batches).
 /// Leases already lost are dropped instead: their holders were told to stop.
-fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>, bool)> {
+fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>)> {
     let mut registry = shared.registry();
     let mut due = Vec::new();
     registry.entries.retain(|id, entry| {
@@ -539,7 +503,7 @@ fn take_due(shared: &Shared, horizon: Instant) -> Vec<(u64, Arc<Renewal>, bool)>
         }
         if !entry.in_flight && entry.next_due <= horizon {
             entry.in_flight = true;
-            due.push((*id, entry.renewal.clone(), entry.checked_only));
+            due.push((*id, entry.renewal.clone()));
         }
         true
     });
