@@ -279,6 +279,24 @@ impl ScriptCall {
     }
 }
 
+/// `evalsha` (an EVALSHA of `script`, alone or in its list form) as an EVAL of the script's
+/// source, with the same keys and arguments: the answer to NOSCRIPT. EVAL runs and caches the
+/// script in one command, so no `SCRIPT FLUSH`, restart or failover can come between a load and
+/// its call; and it goes where the EVALSHA went (it names the same keys), where a keyless
+/// `SCRIPT LOAD` may reach another node of a cluster. The source is sent only in this rare case.
+pub(super) fn as_eval(evalsha: &Cmd, script: &LuaScript, sharded: bool) -> Cmd {
+    let source = script.source_for(sharded);
+    let mut cmd = Cmd::with_capacity(evalsha.args_iter().count(), source.len() + 64);
+    cmd.arg("EVAL").arg(source);
+    // Our EVALSHA commands hold plain arguments only (no cursor).
+    for arg in evalsha.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            cmd.arg(bytes);
+        }
+    }
+    cmd
+}
+
 /// Writes keys or arguments into a [`ScriptCall`].
 struct Parts<'a> {
     call: &'a mut ScriptCall,

@@ -401,16 +401,12 @@ impl Commit {
             .await
     }
 
-    /// Sends an EVALSHA of `script`; on NOSCRIPT (the script did not run) loads it and sends
-    /// again once.
+    /// Sends an EVALSHA of `script`; on NOSCRIPT (the script did not run) sends it again once,
+    /// as an EVAL of its source (see [`super::after_noscript`]).
     async fn send_loading(&self, cmd: &redis::Cmd, script: &LuaScript) -> RedisResult<Value> {
         match self.conn.send(cmd, self.cap).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                tracing::debug!(script = script.name(), "NOSCRIPT: loading and resending");
-                self.conn
-                    .send(&script.load_cmd(self.sharded), self.cap)
-                    .await?;
-                self.conn.send(cmd, self.cap).await
+            Err(e) if super::is_noscript(&e) => {
+                super::after_noscript(&self.conn, self.cap, cmd, script, self.sharded).await
             }
             other => other,
         }

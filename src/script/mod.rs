@@ -2,8 +2,10 @@
 //! EVALSHA through the client's connection.
 //!
 //! Scripts are loaded when the client connects, so the first lock costs no SCRIPT LOAD. When
-//! Redis answers NOSCRIPT (a restart, a failover, `SCRIPT FLUSH`), the executor loads the script
-//! and resends once: NOSCRIPT means the script did not run, so the resend cannot act twice.
+//! Redis answers NOSCRIPT (a restart, a failover, `SCRIPT FLUSH`), the executor sends the same
+//! call once more as an EVAL of the script's source: NOSCRIPT means the script did not run, so
+//! the resend cannot act twice, and an EVAL cannot meet NOSCRIPT, so no caller ever sees it
+//! (see [`call::as_eval`] for why not a `SCRIPT LOAD` and a second EVALSHA).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,11 +100,19 @@ impl Executor {
         let cap = self.cap + *timeout;
         let sent = capped(cap, conn.send_pipeline::<(Value, i64)>(&pipe)).await;
         let (value, acked) = match sent {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load(call.script).await.map_err(refused)?;
-                capped(cap, conn.send_pipeline::<(Value, i64)>(&pipe))
+            Err(e) if is_noscript(&e) => {
+                // The script's reply first, then WAIT on the same connection: it waits for the
+                // replicas to have every write sent on it so far, the script's included.
+                let evalsha = call.evalsha(self.sharded);
+                let value = after_noscript(conn, self.cap, &evalsha, call.script, self.sharded)
                     .await
-                    .map_err(refused)?
+                    .map_err(refused)?;
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(*acks).arg(timeout.as_millis() as u64);
+                let acked = conn.send(&wait, cap).await.map_err(refused)?;
+                let acked = i64::from_redis_value(acked)
+                    .map_err(|e| Error::unexpected(format!("WAIT: {e}")))?;
+                (value, acked)
             }
             other => other.map_err(refused)?,
         };
@@ -191,14 +201,16 @@ impl Executor {
         }
         let cmd = call.evalsha(self.sharded);
         match self.query(&cmd).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                tracing::debug!(script = call.script.name, "NOSCRIPT: loading and resending");
-                // Rare (a restarted or flushed server): boxed, so the common path's future
-                // does not carry a second send.
-                Box::pin(async {
-                    self.load(call.script).await?;
-                    self.query(&cmd).await
-                })
+            Err(e) if is_noscript(&e) => {
+                // Rare (a restarted, failed-over or flushed server): boxed, so the common
+                // path's future does not carry a second send.
+                Box::pin(after_noscript(
+                    &self.conn,
+                    self.cap,
+                    &cmd,
+                    call.script,
+                    self.sharded,
+                ))
                 .await
             }
             other => other,
@@ -264,10 +276,6 @@ impl Executor {
         Ok(())
     }
 
-    async fn load(&self, script: &LuaScript) -> std::result::Result<(), RedisError> {
-        self.query(&script.load_cmd(self.sharded)).await.map(drop)
-    }
-
     /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
     /// it is sent again on a new connection when the connection dropped under it.
     pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
@@ -306,6 +314,58 @@ impl Executor {
 
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
         self.conn.send(cmd, self.cap).await
+    }
+}
+
+/// Whether Redis answered NOSCRIPT: the script is not in its cache, and did not run.
+pub(crate) fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// The answer to NOSCRIPT: `evalsha` (of `script`) sent again on `conn` as an EVAL of the
+/// script's source (see [`as_eval`]); the reply is the script's.
+///
+/// A user whose ACL rule was written before the client sent EVAL (it grants `evalsha` and
+/// `script|load` only) is refused the EVAL. The script is then loaded and the EVALSHA sent
+/// again, as older versions did, and a warning names the permission to grant: that way leaves
+/// a window in which another flush (or, on a cluster, a load that reached other nodes) lets
+/// NOSCRIPT through.
+pub(crate) async fn after_noscript(
+    conn: &Connection,
+    cap: Duration,
+    evalsha: &Cmd,
+    script: &LuaScript,
+    sharded: bool,
+) -> std::result::Result<Value, RedisError> {
+    tracing::debug!(
+        script = script.name(),
+        "NOSCRIPT: sending the script's source"
+    );
+    match conn.send(&as_eval(evalsha, script, sharded), cap).await {
+        // NOPERM is also what a command inside the script answers when the user may not run
+        // it: then the EVALSHA below is refused the same way, and that is the caller's answer.
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            conn.send(&script.load_cmd(sharded), cap).await?;
+            let sent = conn.send(evalsha, cap).await;
+            if sent.is_ok() {
+                warn_eval_refused();
+            }
+            sent
+        }
+        other => other,
+    }
+}
+
+/// Once per process: the ACL user may not run EVAL (see [`after_noscript`]).
+fn warn_eval_refused() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "Redis refused EVAL to this client's ACL user: after an emptied script cache (a \
+             restart, a failover, SCRIPT FLUSH) scripts are loaded and called again, which a \
+             second flush can still interrupt with a NOSCRIPT error. Grant +eval to the user \
+             (see the README's ACL rule)"
+        );
     }
 }
 

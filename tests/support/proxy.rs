@@ -27,6 +27,11 @@ pub enum Mode {
     Blackhole,
     /// Open connections are cut; new ones are closed at once.
     Reset,
+    /// Before it passes on bytes that hold an EVALSHA, the proxy empties the server's script
+    /// cache (`SCRIPT FLUSH` on a connection of its own, answered before the bytes go on): every
+    /// EVALSHA meets NOSCRIPT, even one sent right after its script was loaded. The worst a
+    /// storm of flushes, restarts and failovers can do to a client.
+    FlushScripts,
 }
 
 pub struct Proxy {
@@ -69,8 +74,13 @@ impl Proxy {
                     let _ = server.set_nodelay(true);
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
-                    let up = tokio::spawn(pump(client_read, server_write, mode.clone(), false));
-                    let down = tokio::spawn(pump(server_read, client_write, mode.clone(), true));
+                    let up = tokio::spawn(pump(
+                        client_read,
+                        server_write,
+                        mode.clone(),
+                        Some(upstream),
+                    ));
+                    let down = tokio::spawn(pump(server_read, client_write, mode.clone(), None));
                     let mut t = tasks.lock().unwrap();
                     t.retain(|h| !h.is_finished());
                     t.push(up.abort_handle());
@@ -124,13 +134,15 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies one direction; `replies` is the server-to-client one.
+/// Copies one direction: commands when `upstream` (the server's port) is given, replies when not.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
-    replies: bool,
+    upstream: Option<u16>,
 ) {
+    let replies = upstream.is_none();
+    let mut flusher: Option<TcpStream> = None;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // A blackhole holds everything back: stop reading until it is lifted.
@@ -149,10 +161,42 @@ async fn pump(
         match current {
             Mode::DropReplies if replies => continue,
             Mode::Delay(d) if replies => tokio::time::sleep(d).await,
+            Mode::FlushScripts if holds(&buf[..n], b"EVALSHA") => {
+                if let Some(port) = upstream
+                    && !flush_scripts(&mut flusher, port).await
+                {
+                    return;
+                }
+            }
             _ => {}
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
+}
+
+/// Whether `haystack` holds `needle` (a command's name, as the client wrote it).
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Sends `SCRIPT FLUSH` to the server on `port` through `conn` (opened on first use) and waits
+/// for its answer; whether it was answered.
+async fn flush_scripts(conn: &mut Option<TcpStream>, port: u16) -> bool {
+    if conn.is_none() {
+        *conn = TcpStream::connect(("127.0.0.1", port)).await.ok();
+    }
+    let Some(stream) = conn.as_mut() else {
+        return false;
+    };
+    if stream
+        .write_all(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut reply = [0u8; 5];
+    stream.read_exact(&mut reply).await.is_ok() && &reply == b"+OK\r\n"
 }
