@@ -273,14 +273,12 @@ fn join(errors: &[Error]) -> String {
 
 /// Redis' message when `err` is a refusal for lack of permission: `NOPERM` from a command the
 /// client sent, or the error a script stops with when Redis refuses one of its commands (Redis
-/// 7.0: `ERR The user executing the script can't ...`; 7.2 and newer: `ERR ACL failure in
-/// script: ...`).
+/// 7.0: `ERR The user executing the script can't ...`; 7.2 and newer, and Valkey: `ERR ACL
+/// failure in script: ...`; Redis 6.2 the 7.0 words inside its wrapping, see [`command_error`]).
 /// A pipeline's refusal is the first one of its commands'.
 pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
-    let detail = err.detail().map(str::to_owned).or_else(|| {
-        let items = err.clone().into_server_errors()?;
-        items.first()?.1.details().map(str::to_owned)
-    });
+    let err = command_error(first_failure(err.clone()));
+    let detail = err.detail().map(str::to_owned);
     let refused = match err.code() {
         Some("NOPERM") => true,
         Some("ERR") => detail.as_deref().is_some_and(|d| {
@@ -290,6 +288,66 @@ pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
         _ => false,
     };
     refused.then(|| detail.unwrap_or_else(|| err.to_string()))
+}
+
+/// The error a command a script ran answered, as the command alone would have answered it,
+/// whichever server ran the script; any other error as it is.
+///
+/// Redis 7 and Valkey answer the command's own code (`WRONGTYPE Operation against ... script:
+/// <sha>, on @user_script:1.`). Redis 6.2 wraps it: `ERR Error running script (call to
+/// f_<sha>): @user_script:1: WRONGTYPE Operation against ...`, and once more for what Redis
+/// itself refused inside the script (an ACL refusal, `READONLY`, an unknown command):
+/// `... @user_script:1: @user_script: 1: -READONLY You can't write ...`, or, refused by ACL, with
+/// no code at all (`... @user_script: 1: The user executing the script can't ...`, which 7.0
+/// answers as `ERR The user executing ...`). Inside a group commit's list, where the script
+/// catches the error itself, 6.2's message starts at the inner `@user_script: 1: `. Without
+/// this a key of another type, a refusal or a demoted master would read as a plain `ERR` on
+/// 6.2 only.
+pub(crate) fn command_error(err: RedisError) -> RedisError {
+    let (Some(code), Some(detail)) = (err.code(), err.detail()) else {
+        return err;
+    };
+    let text = format!("{code} {detail}");
+    let mut rest = text.as_str();
+    if let Some(after) = rest.strip_prefix("ERR Error running script (call to ") {
+        match after.split_once("): ") {
+            Some((_, inner)) => rest = inner,
+            None => return err,
+        }
+    }
+    loop {
+        let stripped = strip_script_place(rest).unwrap_or(rest);
+        let stripped = stripped.strip_prefix('-').unwrap_or(stripped);
+        if stripped.len() == rest.len() {
+            break;
+        }
+        rest = stripped;
+    }
+    if rest.len() == text.len() {
+        return err;
+    }
+    let has_code = rest
+        .split(' ')
+        .next()
+        .is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()));
+    let line = if has_code {
+        format!("-{rest}\r\n")
+    } else {
+        format!("-ERR {rest}\r\n")
+    };
+    match redis::parse_redis_value(line.as_bytes()) {
+        Ok(redis::Value::ServerError(inner)) => inner.into(),
+        _ => err,
+    }
+}
+
+/// `rest` after a leading `@user_script:<line>: ` or `@user_script: <line>: `, if it has one.
+fn strip_script_place(rest: &str) -> Option<&str> {
+    let after = rest.strip_prefix("@user_script:")?;
+    let after = after.trim_start_matches(' ');
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0).then_some(())?;
+    after[digits..].strip_prefix(": ")
 }
 
 /// The first failure of a pipeline's (the redis crate lists every failed command, the same
@@ -361,7 +419,7 @@ impl Error {
         if crate::clock::is_paused(&err) {
             return Error::PausedClock;
         }
-        let err = first_failure(err);
+        let err = command_error(first_failure(err));
         if err.code() == Some("WRONGTYPE") {
             let key = err
                 .detail()
@@ -455,6 +513,82 @@ mod tests {
             Error::from_redis_request(other, "k", || unreachable!()),
             Error::Redis(_)
         ));
+    }
+
+    /// A server's error line, as the redis crate reads it off the wire.
+    fn reply(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    /// The texts were read from Redis 6.2.14, Redis 7.0.15 and Valkey 8.1.8 (a script calling
+    /// HGET on a string, or a command its user may not run, on a master or on a replica), and
+    /// from a group commit's list, where the script catches the error itself.
+    #[test]
+    fn a_script_s_failing_command_reads_alike_on_every_server() {
+        let wrongtype = [
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: ad66cc4f88e9dd25832b3745b99614303d7ee94f, on @user_script:1.",
+            "ERR Error running script (call to f_ad66cc4f88e9dd25832b3745b99614303d7ee94f): @user_script:1: WRONGTYPE Operation against a key holding the wrong kind of value",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ];
+        for line in wrongtype {
+            assert!(
+                matches!(Error::from_redis(reply(line), "k"), Error::WrongType { key } if key == "k"),
+                "{line}"
+            );
+        }
+        let readonly = [
+            "READONLY You can't write against a read only replica. script: ee5bed0f6963e93a14eebfb64f07c299c1b4313f, on @user_script:1.",
+            "ERR Error running script (call to f_ee5bed0f6963e93a14eebfb64f07c299c1b4313f): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica.",
+            "@user_script: 1: -READONLY You can't write against a read only replica.",
+            "READONLY You can't write against a read only replica.",
+        ];
+        for line in readonly {
+            let err = command_error(reply(line));
+            assert_eq!(err.code(), Some("READONLY"), "{line}");
+            assert_eq!(
+                err.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            );
+        }
+        let refused = [
+            "ERR The user executing the script can't run this command or subcommand script: 1a8c67671c988614eb0c618efa73283c54565629, on @user_script:1.",
+            "ERR Error running script (call to f_1a8c67671c988614eb0c618efa73283c54565629): @user_script:1: @user_script: 1: The user executing the script can't run this command or subcommand",
+            "@user_script: 1: The user executing the script can't access at least one of the keys mentioned in the command arguments",
+            "ERR The user executing the script can't access at least one of the keys mentioned in the command arguments",
+            "ERR ACL failure in script: User u has no permissions to run the 'time' command script: 1a8c67671c988614eb0c618efa73283c54565629, on @user_script:1.",
+            "ERR ACL failure in script: No permissions to access a key",
+            "NOPERM this user has no permissions to run the 'time' command or its subcommand",
+            "NOPERM User u has no permissions to run the 'time' command",
+            "NOPERM No permissions to access a key",
+        ];
+        for line in refused {
+            let err = reply(line);
+            assert!(permission_refusal(&err).is_some(), "{line}");
+            assert!(
+                matches!(
+                    Error::from_redis_request(err, "k", || "x".into()),
+                    Error::PermissionDenied { .. }
+                ),
+                "{line}"
+            );
+        }
+        // Other script errors stay what they were, whatever the server.
+        for line in [
+            "ERR Error running script (call to f_4f59): @user_script:1: @user_script: 1: Unknown Redis command called from Lua script",
+            "ERR Error running script (call to f_4f59): @user_script:3: user_script:3: attempt to compare nil with number",
+            "ERR Unknown command called from script script: 4f59, on @user_script:1.",
+            "ERR something else",
+        ] {
+            let err = Error::from_redis(reply(line), "k");
+            assert!(
+                matches!(&err, Error::Redis(e) if e.code() == Some("ERR")),
+                "{line}: {err:?}"
+            );
+            assert!(permission_refusal(&reply(line)).is_none(), "{line}");
+        }
     }
 
     #[test]
