@@ -290,7 +290,7 @@ pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<red
 
 /// `info` without the `CLIENT SETINFO` the redis crate sends on every new connection. Redis
 /// 7.2 and Valkey know the command, so a user of the README's ACL rule, which must also work on
-/// 6.2 and 7.0 (which refuse `+client|setinfo` in a rule), would be refused it on every
+/// Redis 7.0 (which refuses `+client|setinfo` in a rule), would be refused it on every
 /// connection, and each refusal lands in `ACL LOG`, where an auditor looks for attacks. It
 /// only names the library in `CLIENT LIST`; the client reads nothing back. (A Cluster's
 /// connections still send it: redis-rs' cluster client has no such setting.)
