@@ -277,7 +277,15 @@ fn join(errors: &[Error]) -> String {
 /// failure in script: ...`; Redis 6.2 the 7.0 words inside its wrapping, see [`command_error`]).
 /// A pipeline's refusal is the first one of its commands'.
 pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
-    let err = command_error(first_failure(err.clone()));
+    let first = first_failure(err.clone());
+    // A pipeline of one command keeps its reply's text only in its item.
+    let first = match first.clone().into_server_errors() {
+        Some(items) if first.detail().is_none() && !items.is_empty() => {
+            RedisError::from(items[0].1.clone())
+        }
+        _ => first,
+    };
+    let err = command_error(first);
     let detail = err.detail().map(str::to_owned);
     let refused = match err.code() {
         Some("NOPERM") => true,

@@ -288,13 +288,21 @@ pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<red
     redis_client_info(config, url.into_connection_info()?)
 }
 
-/// `info` without the `CLIENT SETINFO` the redis crate sends on every new connection. Redis
-/// 7.2 and Valkey know the command, so a user of the README's ACL rule, which must also work on
-/// Redis 7.0 (which refuses `+client|setinfo` in a rule), would be refused it on every
-/// connection, and each refusal lands in `ACL LOG`, where an auditor looks for attacks. It
-/// only names the library in `CLIENT LIST`; the client reads nothing back. (A Cluster's
-/// connections still send it: redis-rs' cluster client has no such setting.)
+/// `info` without the `CLIENT SETINFO` the redis crate sends on every new connection, when it
+/// logs in. Redis 7.2 and Valkey know the command, so a user of the README's ACL rule, which
+/// must also work on Redis 7.0 (which refuses `+client|setinfo` in a rule), would be refused it
+/// on every connection, and each refusal lands in `ACL LOG`, where an auditor looks for attacks.
+/// It only names the library in `CLIENT LIST`; the client reads nothing back.
+///
+/// Only when `info` has a password: the connection then sends `AUTH`, whose answer proves the
+/// server answers before the connection counts as open. Without one, `CLIENT SETINFO` is the only
+/// request sent while connecting, and without it a frozen server, or a proxy that accepts and
+/// drops, would look connected until the first command. (A Cluster's connections send it
+/// always: redis-rs' cluster client has no such setting.)
 pub(crate) fn without_setinfo(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    if info.redis_settings().password().is_none() {
+        return info;
+    }
     let settings = info.redis_settings().clone().set_skip_set_lib_name();
     info.set_redis_settings(settings)
 }
