@@ -523,6 +523,81 @@ async fn connecting_locking_and_waiting_leave_acl_log_empty() {
     assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
 }
 
+/// On a Cluster, the README's rule with what the ACL page adds for one (`+cluster|slots`,
+/// `+ping`, `+pubsub|shardnumsub`; the sharded pub/sub commands where the servers have them; and
+/// `+client|setinfo` where a server takes it, which Redis 7.0 does not), on every node: a lock
+/// taken, waited for (woken by message) and released, and nothing in any node's `ACL LOG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_under_the_rule_with_the_cluster_additions() {
+    let cluster = support::cluster::RedisCluster::start().await;
+    for port in cluster.running_ports() {
+        let mut node = cluster.raw_node(port).await;
+        for line in readme_rule() {
+            let () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(USER)
+                .arg(line)
+                .query_async(&mut node)
+                .await
+                .expect("ACL SETUSER");
+        }
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(USER)
+            .arg(&["+cluster|slots", "+pubsub|shardnumsub", "+ping"][..])
+            .query_async(&mut node)
+            .await
+            .expect("the cluster additions");
+        // Redis 6.2 refuses the sharded commands in a rule (it has none), 7.0 `CLIENT SETINFO`.
+        for extra in [
+            &["+ssubscribe", "+sunsubscribe", "+spublish"][..],
+            &["+client|setinfo"][..],
+        ] {
+            let taken: redis::RedisResult<()> = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(USER)
+                .arg(extra)
+                .query_async(&mut node)
+                .await;
+            eprintln!("node {port}: {extra:?}: {taken:?}");
+        }
+    }
+    let urls: Vec<String> = cluster
+        .running_ports()
+        .into_iter()
+        .map(|port| format!("redis://{USER}:{PASSWORD}@127.0.0.1:{port}/"))
+        .collect();
+    let client = || {
+        ferrisson::Client::builder()
+            .cluster(urls.clone())
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .recheck_interval(Duration::from_secs(60))
+            .build()
+    };
+    let (a, b) = (client().await.unwrap(), client().await.unwrap());
+    let held = a.get_lock("app:clustered").lock().await.unwrap();
+    let other = b.get_lock("app:clustered");
+    let waiter = tokio::spawn(async move { other.lock().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    held.unlock().await.unwrap();
+    let guard = join_within(BY_MESSAGE, [waiter], "cluster waiter")
+        .await
+        .pop()
+        .unwrap();
+    guard.unlock().await.unwrap();
+    for port in cluster.running_ports() {
+        let mut node = cluster.raw_node(port).await;
+        let entries: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        assert!(entries.is_empty(), "node {port} refused: {entries:?}");
+    }
+}
+
 /// The commands every script in `lua/` calls (`pubsub|numsub` for `PUBSUB NUMSUB`).
 fn script_commands() -> BTreeSet<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
