@@ -273,14 +273,20 @@ fn join(errors: &[Error]) -> String {
 
 /// Redis' message when `err` is a refusal for lack of permission: `NOPERM` from a command the
 /// client sent, or the error a script stops with when Redis refuses one of its commands (Redis
-/// 7.0: `ERR The user executing the script can't ...`; 7.2 and newer: `ERR ACL failure in
-/// script: ...`).
+/// 7.0: `ERR The user executing the script can't ...`; 7.2 and newer, and Valkey: `ERR ACL
+/// failure in script: ...`; Redis 6.2 the 7.0 words inside its wrapping, see [`command_error`]).
 /// A pipeline's refusal is the first one of its commands'.
 pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
-    let detail = err.detail().map(str::to_owned).or_else(|| {
-        let items = err.clone().into_server_errors()?;
-        items.first()?.1.details().map(str::to_owned)
-    });
+    let first = first_failure(err.clone());
+    // A pipeline of one command keeps its reply's text only in its item.
+    let first = match first.clone().into_server_errors() {
+        Some(items) if first.detail().is_none() && !items.is_empty() => {
+            RedisError::from(items[0].1.clone())
+        }
+        _ => first,
+    };
+    let err = command_error(first);
+    let detail = err.detail().map(str::to_owned);
     let refused = match err.code() {
         Some("NOPERM") => true,
         Some("ERR") => detail.as_deref().is_some_and(|d| {
@@ -290,6 +296,66 @@ pub(crate) fn permission_refusal(err: &RedisError) -> Option<String> {
         _ => false,
     };
     refused.then(|| detail.unwrap_or_else(|| err.to_string()))
+}
+
+/// The error a command a script ran answered, as the command alone would have answered it,
+/// whichever server ran the script; any other error as it is.
+///
+/// Redis 7 and Valkey answer the command's own code (`WRONGTYPE Operation against ... script:
+/// <sha>, on @user_script:1.`). Redis 6.2 wraps it: `ERR Error running script (call to
+/// f_<sha>): @user_script:1: WRONGTYPE Operation against ...`, and once more for what Redis
+/// itself refused inside the script (an ACL refusal, `READONLY`, an unknown command):
+/// `... @user_script:1: @user_script: 1: -READONLY You can't write ...`, or, refused by ACL, with
+/// no code at all (`... @user_script: 1: The user executing the script can't ...`, which 7.0
+/// answers as `ERR The user executing ...`). Inside a group commit's list, where the script
+/// catches the error itself, 6.2's message starts at the inner `@user_script: 1: `. Without
+/// this a key of another type, a refusal or a demoted master would read as a plain `ERR` on
+/// 6.2 only.
+pub(crate) fn command_error(err: RedisError) -> RedisError {
+    let (Some(code), Some(detail)) = (err.code(), err.detail()) else {
+        return err;
+    };
+    let text = format!("{code} {detail}");
+    let mut rest = text.as_str();
+    if let Some(after) = rest.strip_prefix("ERR Error running script (call to ") {
+        match after.split_once("): ") {
+            Some((_, inner)) => rest = inner,
+            None => return err,
+        }
+    }
+    loop {
+        let stripped = strip_script_place(rest).unwrap_or(rest);
+        let stripped = stripped.strip_prefix('-').unwrap_or(stripped);
+        if stripped.len() == rest.len() {
+            break;
+        }
+        rest = stripped;
+    }
+    if rest.len() == text.len() {
+        return err;
+    }
+    let has_code = rest
+        .split(' ')
+        .next()
+        .is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()));
+    let line = if has_code {
+        format!("-{rest}\r\n")
+    } else {
+        format!("-ERR {rest}\r\n")
+    };
+    match redis::parse_redis_value(line.as_bytes()) {
+        Ok(redis::Value::ServerError(inner)) => inner.into(),
+        _ => err,
+    }
+}
+
+/// `rest` after a leading `@user_script:<line>: ` or `@user_script: <line>: `, if it has one.
+fn strip_script_place(rest: &str) -> Option<&str> {
+    let after = rest.strip_prefix("@user_script:")?;
+    let after = after.trim_start_matches(' ');
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0).then_some(())?;
+    after[digits..].strip_prefix(": ")
 }
 
 /// The first failure of a pipeline's (the redis crate lists every failed command, the same
@@ -361,7 +427,7 @@ impl Error {
         if crate::clock::is_paused(&err) {
             return Error::PausedClock;
         }
-        let err = first_failure(err);
+        let err = command_error(first_failure(err));
         if err.code() == Some("WRONGTYPE") {
             let key = err
                 .detail()
@@ -393,80 +459,5 @@ impl Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_is_send_sync_static() {
-        fn check<T: Send + Sync + 'static>() {}
-        check::<Error>();
-    }
-
-    #[test]
-    fn wrongtype_names_the_key_from_the_script_detail() {
-        let err = redis::make_extension_error(
-            "WRONGTYPE".into(),
-            Some("key orders holds a string".into()),
-        );
-        match Error::from_redis(err, "fallback") {
-            Error::WrongType { key } => assert_eq!(key, "orders"),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[test]
-    fn wrongtype_from_a_plain_command_names_the_given_key() {
-        let err = redis::make_extension_error(
-            "WRONGTYPE".into(),
-            Some("Operation against a key holding the wrong kind of value".into()),
-        );
-        assert!(matches!(Error::from_redis(err, "k"), Error::WrongType { key } if key == "k"));
-    }
-
-    #[test]
-    fn acl_refusals_become_permission_denied_with_redis_reason() {
-        let direct = redis::make_extension_error(
-            "NOPERM".into(),
-            Some("this user has no permissions to run the 'evalsha' command".into()),
-        );
-        let in_script_70 = redis::make_extension_error(
-            "ERR".into(),
-            Some("The user executing the script can't run this command or subcommand script: ab, on @user_script:1.".into()),
-        );
-        let in_script_72 = redis::make_extension_error(
-            "ERR".into(),
-            Some("ACL failure in script: User u has no permissions to run the 'time' command script: ab, on @user_script:4.".into()),
-        );
-        for (err, needle) in [
-            (direct, "'evalsha'"),
-            (in_script_70, "can't run this command"),
-            (in_script_72, "'time'"),
-        ] {
-            match Error::from_redis_request(err, "k", || "EVALSHA x".into()) {
-                Error::PermissionDenied { what, reason } => {
-                    assert_eq!(what, "EVALSHA x");
-                    assert!(reason.contains(needle), "{reason}");
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        let other = redis::make_extension_error("ERR".into(), Some("something else".into()));
-        assert!(matches!(
-            Error::from_redis_request(other, "k", || unreachable!()),
-            Error::Redis(_)
-        ));
-    }
-
-    #[test]
-    fn timeouts_are_unknown_outcomes_refusals_are_not() {
-        let timeout = Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "t").into());
-        assert!(timeout.outcome_unknown());
-        let refused =
-            Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "r").into());
-        assert!(!refused.outcome_unknown());
-        assert!(!refused.connection_dropped());
-        let reset =
-            Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "r").into());
-        assert!(reset.outcome_unknown() && reset.connection_dropped());
-    }
-}
+#[path = "error_tests.rs"]
+mod tests;

@@ -139,9 +139,11 @@ impl Target {
     }
 
     /// Whether `e` says the connection no longer reaches the master (a sentinel failover
-    /// demoted it): the connection is then opened again, wherever the master is now.
+    /// demoted it): the connection is then opened again, wherever the master is now. A script's
+    /// write refused counts as well, in the words of every server (Redis 6.2 wraps it).
     pub(crate) fn moved_away(&self, e: &RedisError) -> bool {
-        matches!(self, Target::Sentinel(_)) && e.code() == Some("READONLY")
+        matches!(self, Target::Sentinel(_))
+            && crate::error::command_error(e.clone()).code() == Some("READONLY")
     }
 }
 
@@ -217,7 +219,8 @@ impl Sentinels {
         let mut why = Vec::new();
         for url in &self.sentinels {
             let ask = async {
-                let client = redis::Client::open(url.as_str())?;
+                let client =
+                    redis::Client::open(without_setinfo(url.as_str().into_connection_info()?))?;
                 let mut conn = client.get_multiplexed_async_connection().await?;
                 redis::cmd("SENTINEL")
                     .arg("GET-MASTER-ADDR-BY-NAME")
@@ -285,13 +288,32 @@ pub(crate) fn redis_client(config: &Config, url: &str) -> redis::RedisResult<red
     redis_client_info(config, url.into_connection_info()?)
 }
 
+/// `info` without the `CLIENT SETINFO` the redis crate sends on every new connection, when it
+/// logs in. Redis 7.2 and Valkey know the command, so a user of the README's ACL rule, which
+/// must also work on Redis 7.0 (which refuses `+client|setinfo` in a rule), would be refused it
+/// on every connection, and each refusal lands in `ACL LOG`, where an auditor looks for attacks.
+/// It only names the library in `CLIENT LIST`; the client reads nothing back.
+///
+/// Only when `info` has a password: the connection then sends `AUTH`, whose answer proves the
+/// server answers before the connection counts as open. Without one, `CLIENT SETINFO` is the only
+/// request sent while connecting, and without it a frozen server, or a proxy that accepts and
+/// drops, would look connected until the first command. (A Cluster's connections send it
+/// always: redis-rs' cluster client has no such setting.)
+pub(crate) fn without_setinfo(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    if info.redis_settings().password().is_none() {
+        return info;
+    }
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    info.set_redis_settings(settings)
+}
+
 /// As [`redis_client`], for connection details already parsed.
 #[cfg(not(feature = "tls"))]
 pub(crate) fn redis_client_info(
     _config: &Config,
     info: redis::ConnectionInfo,
 ) -> redis::RedisResult<redis::Client> {
-    redis::Client::open(info)
+    redis::Client::open(without_setinfo(info))
 }
 
 /// As [`redis_client`], for connection details already parsed.
@@ -300,6 +322,7 @@ pub(crate) fn redis_client_info(
     config: &Config,
     info: redis::ConnectionInfo,
 ) -> redis::RedisResult<redis::Client> {
+    let info = without_setinfo(info);
     match tls_certificates(config) {
         Some(certificates) => redis::Client::build_with_tls(info, certificates),
         None => redis::Client::open(info),

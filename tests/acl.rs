@@ -99,6 +99,20 @@ async fn acl_log(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that Redis logged (`ACL LOG`) a refusal of the kind `reason` (`command`, `key` or
+/// `channel`) whose object contains `object`. What was refused is checked in the server's own
+/// record, whose fields every server (Redis 6.2, 7, Valkey) fills alike, not in its wording of
+/// the refusal, which differs between them.
+async fn assert_logged(server: &RedisServer, reason: &str, object: &str) {
+    let refusals = acl_log(server).await;
+    assert!(
+        refusals.iter().any(|r| r
+            .split_once(' ')
+            .is_some_and(|(why, what)| why == reason && what.contains(object))),
+        "no {reason} refusal of {object} in ACL LOG: {refusals:?}"
+    );
+}
+
 /// Runs `fut` within `within`, reporting how long it took.
 async fn timed<T>(within: Duration, what: &str, fut: impl Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
@@ -141,6 +155,7 @@ async fn every_object_kind_runs_under_the_documented_rule() {
         .await
         .expect("connects as the user");
     let mut admin = server.raw().await;
+    let mut numsub_calls = 0;
 
     for name in ["app:orders", "app:{user:1}:cart"] {
         // RLock: uncontended, nested (in the hold's scope and by reenter), inspected, forced
@@ -186,6 +201,9 @@ async fn every_object_kind_runs_under_the_documented_rule() {
         let w3 = tokio::spawn(async move { h3.lock().await.unwrap() });
         server.wait_subscribers(&channel, 1).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // From here to the handovers' end the test sends no PUBSUB of its own: Redis 6.2 counts
+        // every PUBSUB subcommand as `pubsub`, 7 and Valkey as `pubsub|numsub` and so on.
+        server.reset_stats().await;
         held.unlock().await.unwrap();
         let mut waiters = vec![w2, w3];
         for handover in 1..=2 {
@@ -201,6 +219,7 @@ async fn every_object_kind_runs_under_the_documented_rule() {
             let guard = waiters.remove(i).await.unwrap();
             guard.unlock().await.unwrap();
         }
+        numsub_calls += server.calls("pubsub|numsub").await + server.calls("pubsub").await;
 
         // Fair lock: the first waiter is told on its own channel.
         let fair = a.get_fair_lock(name);
@@ -468,14 +487,115 @@ async fn every_object_kind_runs_under_the_documented_rule() {
     assert!(!guard.is_lost(), "the watchdog's renewals were refused");
     guard.unlock().await.unwrap();
 
-    assert!(
-        server.calls("pubsub|numsub").await > 0,
-        "the handover's subscriber count ran"
-    );
+    assert!(numsub_calls > 0, "the handover's subscriber count ran");
     let refusals = acl_log(&server).await;
     assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
     let keys: Vec<String> = admin.keys("*").await.unwrap();
     eprintln!("keys left: {keys:?}");
+}
+
+/// Connecting, a lock taken and released, and a waiter (the pub/sub connection) leave nothing
+/// in `ACL LOG`: no command the client sends unasked (the redis crate's `CLIENT SETINFO` on every
+/// new connection, which Redis 7.2 and newer and Valkey know and the rule does not grant) is
+/// refused. An auditor reads every refusal there as an attempt to do what the user may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_locking_and_waiting_leave_acl_log_empty() {
+    let server = RedisServer::start();
+    create_user(&server, USER, &[]).await;
+    let client = client_as(&server, USER).await.unwrap();
+    let lock = client.get_lock("app:audited");
+    let held = lock.lock().await.unwrap();
+    let other = client_as(&server, USER)
+        .await
+        .unwrap()
+        .get_lock("app:audited");
+    let guard = woken_by_message(
+        &server,
+        "waiter",
+        "redisson_lock__channel:{app:audited}",
+        1,
+        async move { other.lock().await.unwrap() },
+        async { held.unlock().await.unwrap() },
+    )
+    .await;
+    guard.unlock().await.unwrap();
+    let refusals = acl_log(&server).await;
+    assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
+}
+
+/// On a Cluster, the README's rule with what the ACL page adds for one (`+cluster|slots`,
+/// `+ping`, `+pubsub|shardnumsub`; the sharded pub/sub commands where the servers have them; and
+/// `+client|setinfo` where a server takes it, which Redis 7.0 does not), on every node: a lock
+/// taken, waited for (woken by message) and released, and nothing in any node's `ACL LOG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_under_the_rule_with_the_cluster_additions() {
+    let cluster = support::cluster::RedisCluster::start().await;
+    for port in cluster.running_ports() {
+        let mut node = cluster.raw_node(port).await;
+        for line in readme_rule() {
+            let () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(USER)
+                .arg(line)
+                .query_async(&mut node)
+                .await
+                .expect("ACL SETUSER");
+        }
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(USER)
+            .arg(&["+cluster|slots", "+pubsub|shardnumsub", "+ping"][..])
+            .query_async(&mut node)
+            .await
+            .expect("the cluster additions");
+        // Redis 6.2 refuses the sharded commands in a rule (it has none), 7.0 `CLIENT SETINFO`.
+        for extra in [
+            &["+ssubscribe", "+sunsubscribe", "+spublish"][..],
+            &["+client|setinfo"][..],
+        ] {
+            let taken: redis::RedisResult<()> = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(USER)
+                .arg(extra)
+                .query_async(&mut node)
+                .await;
+            eprintln!("node {port}: {extra:?}: {taken:?}");
+        }
+    }
+    let urls: Vec<String> = cluster
+        .running_ports()
+        .into_iter()
+        .map(|port| format!("redis://{USER}:{PASSWORD}@127.0.0.1:{port}/"))
+        .collect();
+    let client = || {
+        ferrisson::Client::builder()
+            .cluster(urls.clone())
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .recheck_interval(Duration::from_secs(60))
+            .build()
+    };
+    let (a, b) = (client().await.unwrap(), client().await.unwrap());
+    let held = a.get_lock("app:clustered").lock().await.unwrap();
+    let other = b.get_lock("app:clustered");
+    let waiter = tokio::spawn(async move { other.lock().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    held.unlock().await.unwrap();
+    let guard = join_within(BY_MESSAGE, [waiter], "cluster waiter")
+        .await
+        .pop()
+        .unwrap();
+    guard.unlock().await.unwrap();
+    for port in cluster.running_ports() {
+        let mut node = cluster.raw_node(port).await;
+        let entries: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        assert!(entries.is_empty(), "node {port} refused: {entries:?}");
+    }
 }
 
 /// The commands every script in `lua/` calls (`pubsub|numsub` for `PUBSUB NUMSUB`).
@@ -553,7 +673,8 @@ async fn without_evalsha_an_operation_is_refused_naming_its_script() {
         what.contains("lock_acquire") && what.contains("app:orders"),
         "{what}"
     );
-    assert!(reason.contains("evalsha"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "evalsha").await;
     let (what, _) = refused(
         "latch",
         client.get_count_down_latch("app:gate").count_down(),
@@ -569,7 +690,8 @@ async fn without_get_a_script_s_refused_read_is_not_taken_for_a_wrong_type() {
     let client = client_as(&server, "no-get").await.unwrap();
     let (what, reason) = refused("fair lock", client.get_fair_lock("app:fair").lock()).await;
     assert!(what.contains("fair_acquire"), "{what}");
-    assert!(reason.contains("script"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "get").await;
     let semaphore = client.get_semaphore("app:sem");
     let (what, _) = refused("try_set_permits", semaphore.try_set_permits(1)).await;
     assert!(what.contains("semaphore_set"), "{what}");
@@ -583,10 +705,8 @@ async fn without_script_load_the_client_does_not_connect() {
     create_user(&server, "no-load", &["+script|load"]).await;
     let (what, reason) = refused("connect", client_as(&server, "no-load")).await;
     assert_eq!(what, "SCRIPT LOAD");
-    assert_eq!(
-        reason,
-        "this user has no permissions to run the 'script|load' command"
-    );
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "script").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -596,7 +716,8 @@ async fn without_the_token_counters_nothing_is_granted() {
     let client = client_as(&server, "no-tokens").await.unwrap();
     let (what, reason) = refused("lock", client.get_lock("app:orders").lock()).await;
     assert!(what.contains("ferrisson_token:{"), "{what}");
-    assert!(reason.contains("keys"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "key", "ferrisson_token:{").await;
     let mut admin = server.raw().await;
     assert!(!admin.exists::<_, bool>("app:orders").await.unwrap());
 }
@@ -634,7 +755,8 @@ async fn without_time_the_fair_lock_is_refused_before_it_queues() {
     let client = client_as(&server, "no-time").await.unwrap();
     let (what, reason) = refused("fair lock", client.get_fair_lock("app:fair").lock()).await;
     assert!(what.contains("fair_acquire"), "{what}");
-    assert!(reason.contains("script"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "time").await;
     let mut admin = server.raw().await;
     let keys: Vec<String> = admin.keys("*").await.unwrap();
     assert!(keys.is_empty(), "left behind: {keys:?}");
@@ -674,7 +796,8 @@ async fn a_refused_channel_fails_its_waiters_and_spares_the_other_channels() {
         what.starts_with("SUBSCRIBE redisson_lock__channel:{app:orders}"),
         "{what}"
     );
-    assert!(reason.contains("channel"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "channel", "redisson_lock__channel:{app:orders}").await;
     let (what, _) = refused(
         "try_lock_for",
         lock.try_lock_for(Duration::from_secs(60), None),
@@ -711,7 +834,8 @@ async fn a_refused_channel_fails_its_waiters_and_spares_the_other_channels() {
     let guard = free.lock().await.unwrap();
     let (what, reason) = refused("unlock", guard.unlock()).await;
     assert!(what.contains("lock_release"), "{what}");
-    assert!(reason.contains("publish"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "channel", "redisson_lock__channel:{app:free}").await;
     // Redis stopped the script at the PUBLISH and kept its DEL: the lock is free.
     assert!(!admin.exists::<_, bool>("app:free").await.unwrap());
 }
@@ -751,7 +875,8 @@ async fn a_channel_refused_while_waiting_ends_the_wait() {
         what.starts_with("SUBSCRIBE redisson_lock__channel:{app:orders}"),
         "{what}"
     );
-    assert!(reason.contains("channel"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "channel", "redisson_lock__channel:{app:orders}").await;
 
     // The semaphore's channel is subscribed again on the new connection: woken by message.
     server.wait_subscribers("redisson_sc:{app:sem}", 1).await;
@@ -773,7 +898,8 @@ async fn without_subscribe_waiters_are_refused_naming_the_channel() {
         what.starts_with("SUBSCRIBE redisson_lock__channel:{app:orders}"),
         "{what}"
     );
-    assert!(reason.contains("subscribe"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "subscribe").await;
     let latch = client.get_count_down_latch("app:gate");
     assert!(latch.try_set_count(1).await.unwrap());
     let (what, _) = refused("latch", latch.await_for(Duration::from_secs(60))).await;
@@ -804,7 +930,8 @@ async fn without_pubsub_numsub_a_handover_is_refused() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (what, reason) = refused("unlock", held.unlock()).await;
     assert!(what.contains("lock_handover"), "{what}");
-    assert!(reason.contains("script"), "{reason}");
+    assert!(!reason.is_empty());
+    assert_logged(&server, "command", "pubsub").await;
     // The lock stays the holder's until its lease runs out; then the waiter gets it.
     let started = Instant::now();
     let outcome = join_within(Duration::from_secs(10), [waiter], "the waiter")

@@ -1,6 +1,7 @@
 //! Redis Cluster: every kind works on a real 3-master + 3-replica cluster, each object's keys in
-//! one slot; waiters wake by sharded message (a Java-style SSUBSCRIBE waiter too); renewals go
-//! per slot; a killed master's replica takes over and grants resume.
+//! one slot; waiters wake by message, sharded where the servers have it (Redis 7, Valkey) and
+//! classic on Redis 6.2, as Redisson's do (a Java-style waiter too); renewals go per slot; a
+//! killed master's replica takes over and grants resume.
 
 mod support;
 
@@ -208,14 +209,31 @@ async fn every_kind_works_on_a_cluster_with_its_keys_in_one_slot() {
     }
 }
 
-/// A Java Redisson 3.22+ waiter on a Redis 7 cluster: a RESP3 connection subscribed with
-/// SSUBSCRIBE to `channel`; its pushes arrive on the receiver.
-async fn sharded_listener(
+/// Whether the cluster's servers have sharded pub/sub (Redis 7.0 and later, Valkey): asked of
+/// the server itself, not of the client under test. Redis 6.2 knows no `SSUBSCRIBE`, and
+/// answers `COMMAND INFO` about it with nil.
+async fn has_sharded_pubsub(cluster: &RedisCluster) -> bool {
+    let port = cluster.masters().await[0];
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("SSUBSCRIBE")
+        .query_async(&mut cluster.raw_node(port).await)
+        .await
+        .unwrap();
+    !matches!(info.as_slice(), [] | [redis::Value::Nil])
+}
+
+/// A Java Redisson waiter on a cluster: Redisson 3.22+ subscribes with SSUBSCRIBE where the
+/// servers have sharded pub/sub, and with SUBSCRIBE on Redis 6.2; here a RESP3 connection
+/// subscribed to `channel` the same way, whose pushes arrive on the receiver. Also says which
+/// way it listens (true: sharded).
+async fn java_listener(
     cluster: &RedisCluster,
     channel: &str,
 ) -> (
     redis::cluster_async::ClusterConnection,
     tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+    bool,
 ) {
     let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
     let mut conn = redis::cluster::ClusterClientBuilder::new(cluster.seed_urls())
@@ -226,18 +244,30 @@ async fn sharded_listener(
         .get_async_connection()
         .await
         .unwrap();
-    conn.ssubscribe(channel).await.unwrap();
-    (conn, pushes)
+    let sharded = has_sharded_pubsub(cluster).await;
+    if sharded {
+        conn.ssubscribe(channel).await.unwrap();
+    } else {
+        conn.subscribe(channel).await.unwrap();
+    }
+    (conn, pushes, sharded)
 }
 
-/// The next sharded message a [`sharded_listener`] gets, within 3 s.
-async fn next_sharded_message(
+/// The next message a [`java_listener`] gets, within 3 s: a sharded one when it listens
+/// sharded, a classic one otherwise.
+async fn next_message(
     pushes: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+    sharded: bool,
 ) -> Option<redis::PushInfo> {
+    let kind = if sharded {
+        redis::PushKind::SMessage
+    } else {
+        redis::PushKind::Message
+    };
     tokio::time::timeout(Duration::from_secs(3), async {
         loop {
             let push = pushes.recv().await.expect("pushes");
-            if push.kind == redis::PushKind::SMessage {
+            if push.kind == kind {
                 return push;
             }
         }
@@ -246,20 +276,63 @@ async fn next_sharded_message(
     .ok()
 }
 
-/// A Java Redisson 3.22+ waiter on a Redis 7 cluster listens with SSUBSCRIBE on the lock's
-/// channel: ferrisson's release reaches it.
+/// How many connections the cluster counts on `channel`: sharded subscribers (`PUBSUB
+/// SHARDNUMSUB` on the channel's master) when `sharded`, classic ones (`PUBSUB NUMSUB`, summed
+/// over every node: a classic subscriber is counted by the node it is connected to, which may
+/// be a replica) otherwise.
+async fn subscribers(cluster: &RedisCluster, channel: &str, sharded: bool) -> i64 {
+    let mut count = 0;
+    let ports = if sharded {
+        vec![cluster.master_for_key(channel).await]
+    } else {
+        cluster.running_ports()
+    };
+    for port in ports {
+        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg(if sharded { "SHARDNUMSUB" } else { "NUMSUB" })
+            .arg(channel)
+            .query_async(&mut cluster.raw_node(port).await)
+            .await
+            .unwrap();
+        if let Some(n) = counts.get(1) {
+            count += redis::from_redis_value::<i64>(n.clone()).unwrap();
+        }
+    }
+    count
+}
+
+/// A Java Redisson waiter listens on the lock's channel the way the servers allow
+/// (SSUBSCRIBE from Redis 7, SUBSCRIBE on 6.2): ferrisson's release reaches it, and ferrisson's
+/// own waiter subscribes the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sharded_subscriber_hears_ferrisson_s_release() {
+async fn a_java_style_subscriber_hears_ferrisson_s_release() {
     let cluster = RedisCluster::start().await;
     let client = cluster_client(&cluster, Duration::from_secs(30)).await;
-    let (_java, mut pushes) = sharded_listener(&cluster, "redisson_lock__channel:{orders:1}").await;
+    let channel = "redisson_lock__channel:{orders:1}";
+    let (_java, mut pushes, sharded) = java_listener(&cluster, channel).await;
+    eprintln!("the servers have sharded pub/sub: {sharded}");
     let guard = client.get_lock("orders:1").lock().await.unwrap();
+    assert_eq!(subscribers(&cluster, channel, sharded).await, 1);
+    let waiting = client.get_lock("orders:1");
+    let waiter = tokio::spawn(async move { waiting.lock().await.unwrap() });
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            subscribers(&cluster, channel, sharded).await == 2
+        })
+        .await,
+        "ferrisson's waiter did not subscribe as the servers allow (sharded: {sharded})"
+    );
     guard.unlock().await.unwrap();
-    let heard = next_sharded_message(&mut pushes)
+    let heard = next_message(&mut pushes, sharded)
         .await
-        .expect("the SSUBSCRIBE waiter heard the unlock");
+        .expect("the Java-style waiter heard the unlock");
     let payload: String = redis::from_redis_value(heard.data[1].clone()).unwrap();
     assert_eq!(payload, "0", "Redisson's unlock message");
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("ferrisson's waiter got the lock")
+        .unwrap();
+    got.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,9 +510,9 @@ async fn unreachable_seeds_fail_clearly() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-/// Handover works on a cluster: it counts the channel's sharded subscribers (PUBSUB
-/// SHARDNUMSUB), so a release hands the lock to a waiter of its own client without publishing,
-/// and publishes when a Java-style SSUBSCRIBE waiter listens too.
+/// Handover works on a cluster: it counts the channel's subscribers (PUBSUB SHARDNUMSUB, or
+/// NUMSUB on Redis 6.2), so a release hands the lock to a waiter of its own client without
+/// publishing, and publishes when a Java-style waiter listens too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handover_counts_sharded_subscribers() {
     let cluster = RedisCluster::start().await;
@@ -457,7 +530,7 @@ async fn handover_counts_sharded_subscribers() {
         } else {
             format!("{channel}:unused")
         };
-        let (_java, mut pushes) = sharded_listener(&cluster, &listened).await;
+        let (_java, mut pushes, sharded) = java_listener(&cluster, &listened).await;
         let held = client.get_lock(name).lock().await.unwrap();
         let token = held.fencing_token();
         let waiter = {
@@ -471,15 +544,15 @@ async fn handover_counts_sharded_subscribers() {
             .await
             .expect("the local waiter gets the lock")
             .unwrap();
-        let published = cluster.calls("spublish").await;
+        let published = cluster.calls("spublish").await + cluster.calls("publish").await;
         assert_eq!(published, 0, "handed over: the lock was never free");
         assert!(guard.fencing_token() > token);
         guard.unlock().await.unwrap();
         if foreign {
             // Starving by now (300 ms, past the 50 ms threshold), the local waiter was handed
             // the lock although a foreign one waits; the foreign one is owed the next release,
-            // which publishes (SPUBLISH) and reaches it.
-            let heard = next_sharded_message(&mut pushes).await;
+            // which publishes (SPUBLISH, or PUBLISH on Redis 6.2) and reaches it.
+            let heard = next_message(&mut pushes, sharded).await;
             assert!(heard.is_some(), "the foreign waiter heard nothing");
         }
     }
