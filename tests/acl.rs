@@ -494,8 +494,8 @@ async fn every_object_kind_runs_under_the_documented_rule() {
     eprintln!("keys left: {keys:?}");
 }
 
-/// Connecting, a lock taken and released, and a waiter (the pub/sub connection) leave nothing
-/// in `ACL LOG`: no command the client sends unasked (the redis crate's `CLIENT SETINFO` on every
+/// Connecting, a lock taken and released, a waiter (the pub/sub connection) and calls after an
+/// emptied script cache (EVAL) leave nothing in `ACL LOG`: no command the client sends unasked (the redis crate's `CLIENT SETINFO` on every
 /// new connection, which Redis 7.2 and newer and Valkey know and the rule does not grant) is
 /// refused. An auditor reads every refusal there as an attempt to do what the user may not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,6 +519,14 @@ async fn connecting_locking_and_waiting_leave_acl_log_empty() {
     )
     .await;
     guard.unlock().await.unwrap();
+    // An emptied script cache (a restart, a failover): the next calls go again as EVAL, which
+    // the rule grants.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
     let refusals = acl_log(&server).await;
     assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
 }
@@ -630,10 +638,12 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
         .collect();
     let mut needed = script_commands();
     assert!(needed.contains("time") && needed.contains("pubsub|numsub"));
-    // Sent by the client itself (seen with MONITOR): scripts, their loading, the plain reads
-    // and the pub/sub connection's requests.
+    // Sent by the client itself (seen with MONITOR): scripts, their loading, the same scripts
+    // as EVAL after NOSCRIPT (tests/noscript.rs), the plain reads and the pub/sub connection's
+    // requests.
     for own in [
         "evalsha",
+        "eval",
         "script|load",
         "get",
         "hmget",
