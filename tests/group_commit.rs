@@ -26,7 +26,10 @@ async fn operations_sent_together_keep_their_own_replies() {
     let busy = other.get_lock("g:busy").lock().await.unwrap();
     server.reset_stats().await;
 
-    // Polled together, one acquire goes out alone and the others queue behind it.
+    // Polled together, one acquire goes out alone and the others queue behind it; on an idle
+    // machine they leave in 2 to 5 calls. What this test is about is that replies reach their
+    // own callers, for which it is enough that some went together: on a loaded machine (other
+    // test binaries running) the lanes drain in more calls (10 and 13 were seen).
     let names: Vec<String> = (0..20)
         .map(|i| match i {
             7 => "g:wrong".to_owned(),
@@ -38,7 +41,7 @@ async fn operations_sent_together_keep_their_own_replies() {
     let replies = join_all(locks.iter().map(|l| l.try_lock())).await;
     let scripts = server.calls("evalsha").await;
     assert!(
-        (2..=5).contains(&scripts),
+        (2..20).contains(&scripts),
         "20 acquires went out in {scripts} script calls"
     );
 
