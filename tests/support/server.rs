@@ -91,7 +91,9 @@ pub fn cli_binary() -> PathBuf {
             .map(|name| dir.join(name))
             .find(|p| executable(p));
         beside.unwrap_or_else(|| {
-            eprintln!(
+            // Straight to stderr: `cargo test` captures `eprintln!` of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
                 "{SERVER_VAR}={}: no redis-cli or valkey-cli beside it; using redis-cli from PATH",
                 server.display()
             );
