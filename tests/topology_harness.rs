@@ -1,13 +1,63 @@
-//! Tests of the topology harness itself (tests/support/cluster.rs and sentinel.rs), with plain
-//! redis-rs: the Redis Cluster and the Sentinel setup come up, serve, and fail over.
+//! Tests of the harness itself (tests/support/server.rs, cluster.rs and sentinel.rs), with plain
+//! redis-rs: servers started at once each get a port of their own and answer as themselves, and
+//! the Redis Cluster and the Sentinel setup come up, serve, and fail over.
 
 mod support;
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use redis::AsyncCommands;
+use support::RedisServer;
 use support::cluster::{RedisCluster, Role};
 use support::sentinel::RedisSentinels;
+use support::server::{Answer, answer_on};
+
+/// Many servers started at once, from several threads, each on a port of its own on which it
+/// (its own process, not another test's server) answers. Before, ports came from `bind(0)`,
+/// the kernel's ephemeral range: two starts could draw the same port, the slower server then
+/// failed to bind and exited, but its readiness PING had already been answered by the other
+/// one, so its test ran against another test's server until that test dropped it ("Connection
+/// refused").
+#[test]
+fn servers_started_at_once_get_ports_of_their_own_and_answer_as_themselves() {
+    let servers: Vec<RedisServer> = std::thread::scope(|scope| {
+        let starts: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| (0..3).map(|_| RedisServer::start()).collect::<Vec<_>>()))
+            .collect();
+        starts
+            .into_iter()
+            .flat_map(|s| s.join().expect("a server start"))
+            .collect()
+    });
+    let ports: HashSet<u16> = servers.iter().map(RedisServer::port).collect();
+    assert_eq!(ports.len(), servers.len(), "every server has its own port");
+    for server in &servers {
+        assert!(
+            (12000..22000).contains(&server.port()),
+            "port {} is below the ephemeral range",
+            server.port()
+        );
+        let pid = server.pid().expect("running");
+        assert_eq!(answer_on(server.port(), pid), Answer::Ours);
+    }
+}
+
+/// The readiness check tells our server from another process's on the same port, and a
+/// restarted server answers as its new process on its old port.
+#[test]
+fn the_readiness_check_tells_our_server_from_another_on_its_port() {
+    let mut server = RedisServer::start();
+    let pid = server.pid().expect("running");
+    assert_eq!(answer_on(server.port(), pid + 1), Answer::Other(pid));
+    server.restart();
+    let again = server.pid().expect("running again");
+    assert_ne!(again, pid);
+    assert_eq!(answer_on(server.port(), again), Answer::Ours);
+    assert_eq!(answer_on(server.port(), pid), Answer::Other(again));
+    server.kill();
+    assert_eq!(answer_on(server.port(), again), Answer::Nothing);
+}
 
 /// Keys in the 3 shards of a fresh cluster (checked below).
 const KEYS: [&str; 3] = ["a", "b", "c"];

@@ -1,4 +1,5 @@
-//! A real Redis Cluster for tests: 3 masters and 3 replicas, each a `redis-server` process of
+//! A real Redis Cluster for tests: 3 masters and 3 replicas, each a server process
+//! ([`super::server::server_binary`]: `redis-server`, or the one `FERRISSON_SERVER` picks) of
 //! the test's own on loopback ports whose cluster bus ports (port + 10000) are free too. Every
 //! process is killed, and the temporary directory removed, on drop.
 //!
@@ -7,11 +8,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hasher};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,43 +28,15 @@ const QUERY_WITHIN: Duration = Duration::from_secs(3);
 
 // ---- shared helpers: ports, processes, queries ------------------------------------------------
 
-/// Ports handed out in this process and not yet released, so that two topologies started at
-/// once never pick the same one before either has bound it.
-static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-
-fn random() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u32(std::process::id());
-    hasher.finish()
-}
-
-fn bindable(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
-}
-
-/// A free loopback port from 12000..22000, whose bus port (+ 10000) is free too when
-/// `with_bus`. The range lies below Linux's ephemeral range (32768 and up), so clients' local
-/// ports, drawn from that range, do not take our ports between this check and the bind.
+/// A free loopback port below the ephemeral range, its bus port (+ 10000) free too when
+/// `with_bus` (see [`super::server::pick_port`], which every server of the harness takes its
+/// ports from).
 pub(super) fn pick_port(with_bus: bool) -> u16 {
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    let taken = taken.get_or_insert_with(HashSet::new);
-    for _ in 0..1000 {
-        let port = 12000 + (random() % 10000) as u16;
-        if taken.contains(&port) || !bindable(port) || (with_bus && !bindable(port + 10000)) {
-            continue;
-        }
-        taken.insert(port);
-        return port;
-    }
-    panic!("no free loopback port (with its bus port + 10000) in 12000..22000");
+    super::server::pick_port(with_bus)
 }
 
 fn release_port(port: u16) {
-    if let Some(taken) = TAKEN.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        taken.remove(&port);
-    }
+    super::server::release_port(port);
 }
 
 /// A fresh temporary directory for one topology.
@@ -82,10 +52,12 @@ pub(super) fn topology_dir(kind: &str) -> PathBuf {
     dir
 }
 
-/// Makes sure `redis-cli` is there (Debian's redis-server package depends on redis-tools,
-/// which has it).
+/// Makes sure the CLI is there ([`super::server::cli_binary`]: `redis-cli` from `PATH`, or the
+/// one beside the server `FERRISSON_SERVER` picks; Debian's redis-server package depends on
+/// redis-tools, which has it).
 fn ensure_redis_cli() {
-    let ok = Command::new("redis-cli")
+    let cli = super::server::cli_binary();
+    let ok = Command::new(&cli)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -93,12 +65,13 @@ fn ensure_redis_cli() {
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "redis-cli is not installed; the cluster tests create their cluster with \
-         `redis-cli --cluster create`. Install it with `sudo apt-get install -y redis-tools`."
+        "{} cannot be run; the cluster tests create their cluster with \
+         `redis-cli --cluster create`. Install it with `sudo apt-get install -y redis-tools`.",
+        cli.display()
     );
 }
 
-/// One `redis-server` process of a topology (a data node or a sentinel), with its directory,
+/// One server process of a topology (a data node or a sentinel; [`super::server::server_binary`]), with its directory,
 /// its log (`redis.log`, and `stderr` for what comes before the log is open) and the arguments
 /// it is (re)started with.
 pub(super) struct Proc {
@@ -143,25 +116,35 @@ impl Proc {
         panic!("{what} did not start on any of 5 ports:{failures}");
     }
 
-    /// Spawns the process with its arguments and waits until it answers PING; `Err` with its
-    /// log when it exits first. Panics when it neither answers nor exits within 15 s.
+    /// Spawns the process with its arguments and waits until it answers PING as itself (see
+    /// [`super::server::answer_on`]); `Err` with its log when it exits first, or when another
+    /// process's server answers on its port (ours is killed then). Panics when it neither
+    /// answers nor exits within 15 s.
     pub(super) async fn spawn(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "node {} is running", self.port);
         let stderr = std::fs::File::create(self.dir.join("stderr")).expect("the stderr file");
-        let child = Command::new("redis-server")
+        let binary = super::server::server_binary();
+        let child = Command::new(&binary)
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .expect("cannot run redis-server");
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if let Ok("PONG") = query::<String>(self.port, &redis::cmd("PING"))
+            let port = self.port;
+            let answer = tokio::task::spawn_blocking(move || super::server::answer_on(port, pid))
                 .await
-                .as_deref()
-            {
-                return Ok(());
+                .expect("the readiness check");
+            match answer {
+                super::server::Answer::Ours => return Ok(()),
+                super::server::Answer::Other(theirs) => {
+                    self.kill();
+                    return Err(format!("process {theirs} answers on port {port}"));
+                }
+                super::server::Answer::Nothing => {}
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 self.child = None;
@@ -169,7 +152,8 @@ impl Proc {
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server on port {} never answered PING within 15 s; its log:\n{}",
+                "{} on port {} never answered PING within 15 s; its log:\n{}",
+                super::server::server_version(),
                 self.port,
                 self.log_tail(30)
             );
@@ -382,7 +366,7 @@ impl RedisCluster {
     }
 
     async fn create(&self) {
-        let mut create = tokio::process::Command::new("redis-cli");
+        let mut create = tokio::process::Command::new(super::server::cli_binary());
         create.args(["--cluster", "create"]);
         for node in &self.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
@@ -394,7 +378,9 @@ impl RedisCluster {
         let out = tokio::time::timeout(Duration::from_secs(60), create.output())
             .await
             .expect("`redis-cli --cluster create` did not finish within 60 s")
-            .expect("cannot run redis-cli");
+            .unwrap_or_else(|e| {
+                panic!("cannot run {}: {e}", super::server::cli_binary().display())
+            });
         if !out.status.success() {
             panic!(
                 "`redis-cli --cluster create` failed ({}):\n{}{}\n{}",

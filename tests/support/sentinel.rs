@@ -1,6 +1,7 @@
 //! A real Sentinel setup for tests: 1 master and 2 replicas watched by 3 sentinels, each a
-//! `redis-server` process of the test's own on a free loopback port (sentinels run as
-//! `redis-server <conf> --sentinel`, each with its own writable conf). Every process is killed,
+//! server process of the test's own ([`super::server::server_binary`]: `redis-server`, or the
+//! one `FERRISSON_SERVER` picks) on a free loopback port (sentinels run as
+//! `<server> <conf> --sentinel`, each with its own writable conf). Every process is killed,
 //! and the temporary directory removed, on drop.
 //!
 //! The data nodes run with `min-replicas-to-write 1`: a master without a linked replica refuses

@@ -1,21 +1,144 @@
-//! Real `redis-server` processes for tests, examples and benches: each on a free loopback port
-//! with its own temporary directory, stopped and removed on drop.
+//! Real server processes for tests, examples and benches: each on a free loopback port with its
+//! own temporary directory, stopped and removed on drop.
+//!
+//! Which server: `FERRISSON_SERVER`, when set, is the path of a `redis-server` or
+//! `valkey-server` binary (or a name looked up on `PATH`), and the harness runs that one
+//! everywhere, with the `redis-cli` / `valkey-cli` beside it; unset, `redis-server` and
+//! `redis-cli` from `PATH`. [`server_binary`] and [`cli_binary`] are the one place that decides.
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Makes sure `redis-server` is installed: as root with apt-get it installs Debian's package,
-/// otherwise it fails with the command that installs it. It never skips.
+/// The environment variable that picks the server binary.
+pub const SERVER_VAR: &str = "FERRISSON_SERVER";
+
+/// The server binary every test, example and bench starts: `FERRISSON_SERVER` when set (a path,
+/// or a bare name looked up on `PATH`), else `redis-server` from `PATH`. Panics with the reason
+/// when `FERRISSON_SERVER` names no executable file.
+pub fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| match std::env::var_os(SERVER_VAR) {
+            Some(value) if !value.is_empty() => chosen_binary(Path::new(&value)),
+            _ => Ok(PathBuf::from("redis-server")),
+        })
+        .clone()
+        .unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Whether `FERRISSON_SERVER` picks the server (rather than `redis-server` from `PATH`).
+pub fn server_chosen() -> bool {
+    std::env::var_os(SERVER_VAR).is_some_and(|v| !v.is_empty())
+}
+
+fn chosen_binary(value: &Path) -> Result<PathBuf, String> {
+    let shown = value.display();
+    let path = if value.components().count() == 1 && !value.has_root() {
+        // A bare name: the one PATH finds.
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(value))
+            .find(|p| executable(p))
+            .ok_or_else(|| format!("{SERVER_VAR}={shown}: no executable of that name on PATH"))?
+    } else {
+        value.to_path_buf()
+    };
+    if !path.exists() {
+        return Err(format!(
+            "{SERVER_VAR}={shown}: no such file (it should be the path of a redis-server or \
+             valkey-server binary; `.ci/servers` fetches Valkey 8 and Redis 6.2)"
+        ));
+    }
+    if !path.is_file() || !executable(&path) {
+        return Err(format!(
+            "{SERVER_VAR}={shown}: not an executable file (chmod +x it?)"
+        ));
+    }
+    Ok(path)
+}
+
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The CLI that goes with [`server_binary`]: the `redis-cli` or `valkey-cli` beside a server
+/// chosen with `FERRISSON_SERVER` (the one named like the server first), else `redis-cli` from
+/// `PATH` (said once on stderr when a chosen server has none beside it).
+pub fn cli_binary() -> PathBuf {
+    static CLI: OnceLock<PathBuf> = OnceLock::new();
+    CLI.get_or_init(|| {
+        if !server_chosen() {
+            return PathBuf::from("redis-cli");
+        }
+        let server = server_binary();
+        let dir = server.parent().unwrap_or(Path::new("."));
+        let own = server
+            .file_name()
+            .map(|n| n.to_string_lossy().replace("server", "cli"));
+        let beside = own
+            .iter()
+            .map(String::as_str)
+            .chain(["valkey-cli", "redis-cli"])
+            .map(|name| dir.join(name))
+            .find(|p| executable(p));
+        beside.unwrap_or_else(|| {
+            // Straight to stderr: `cargo test` captures `eprintln!` of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{SERVER_VAR}={}: no redis-cli or valkey-cli beside it; using redis-cli from PATH",
+                server.display()
+            );
+            PathBuf::from("redis-cli")
+        })
+    })
+    .clone()
+}
+
+/// The first line `server_binary() --version` prints (`Valkey server v=8.1.8 ...`), with the
+/// binary's path: for messages that name the server a test ran on.
+pub fn server_version() -> String {
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            let binary = server_binary();
+            let version = Command::new(&binary)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "version unknown".to_owned());
+            format!("{} ({version})", binary.display())
+        })
+        .clone()
+}
+
+/// Makes sure the server binary is there. A server chosen with `FERRISSON_SERVER` must exist
+/// (it panics naming the path otherwise). Without it, `redis-server` must be on `PATH`: as root
+/// with apt-get it installs Debian's package, otherwise it fails with the command that installs
+/// it. It never skips.
 pub fn ensure_redis_server() {
     static CHECKED: Mutex<bool> = Mutex::new(false);
     let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
     if *checked {
+        return;
+    }
+    if server_chosen() {
+        let _ = server_binary();
+        *checked = true;
         return;
     }
     if !has("redis-server") {
@@ -42,7 +165,8 @@ pub fn ensure_redis_server() {
         } else {
             panic!(
                 "redis-server is not installed, and these tests need a real one. Install it with \
-                 `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS)."
+                 `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS), \
+                 or point {SERVER_VAR} at a redis-server or valkey-server binary."
             );
         }
     }
@@ -58,20 +182,138 @@ fn has(program: &str) -> bool {
         .is_ok()
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+// ---- ports ------------------------------------------------------------------------------------
+
+/// Ports handed out in this process and not yet released, so that two servers started at once
+/// never pick the same one before either has bound it.
+static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+fn random() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
-/// A `redis-server` process of the test's own.
+fn bindable(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A free loopback port from 12000..22000, whose cluster bus port (+ 10000) is free too when
+/// `with_bus`, reserved in this process until [`release_port`]. The range lies below Linux's
+/// ephemeral range (32768 and up), from which the kernel draws both `bind(0)` ports and
+/// clients' local ports: a port from there can be taken by another test's client or listener
+/// between this check and the server's bind (the server then exits, or worse, a readiness
+/// check reaches the other listener), and a client reconnecting to a restarting server can even
+/// connect to itself on it.
+pub fn pick_port(with_bus: bool) -> u16 {
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = taken.get_or_insert_with(HashSet::new);
+    for _ in 0..1000 {
+        let port = 12000 + (random() % 10000) as u16;
+        if taken.contains(&port) || !bindable(port) || (with_bus && !bindable(port + 10000)) {
+            continue;
+        }
+        taken.insert(port);
+        return port;
+    }
+    panic!("no free loopback port (with its bus port + 10000) in 12000..22000");
+}
+
+/// Gives a port from [`pick_port`] back.
+pub fn release_port(port: u16) {
+    if let Some(taken) = TAKEN.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        taken.remove(&port);
+    }
+}
+
+/// A loopback port nothing listens on, reserved for this process (see [`pick_port`]).
+pub fn free_port() -> u16 {
+    pick_port(false)
+}
+
+// ---- readiness --------------------------------------------------------------------------------
+
+/// What answers on a port, asked by [`answer_on`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Nothing, or no `+PONG` yet (refused, `-LOADING`, no reply within 500 ms).
+    Nothing,
+    /// The server with the process id asked for: up and answering.
+    Ours,
+    /// A server of another process (the port was taken by someone else): its `process_id`.
+    Other(u32),
+}
+
+/// Whether the server of process `pid` answers PING on `port`: `PING` and `INFO server` on one
+/// connection, whose `process_id` must be `pid`. A bare PING can be answered by whatever else
+/// listens on the port before our server has bound it (it then fails to bind and exits), and a
+/// test would go on against someone else's server.
+pub fn answer_on(port: u16, pid: u32) -> Answer {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return Answer::Nothing;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\nINFO server\r\n").is_err() {
+        return Answer::Nothing;
+    }
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() || !line.starts_with("+PONG") {
+        return Answer::Nothing;
+    }
+    line.clear();
+    let Some(len) = reader
+        .read_line(&mut line)
+        .ok()
+        .and_then(|_| line.trim().strip_prefix('$')?.parse::<usize>().ok())
+    else {
+        return Answer::Nothing;
+    };
+    let mut info = vec![0; len];
+    if reader.read_exact(&mut info).is_err() {
+        return Answer::Nothing;
+    }
+    let theirs = String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:")?.trim().parse::<u32>().ok());
+    match theirs {
+        Some(theirs) if theirs == pid => Answer::Ours,
+        Some(theirs) => Answer::Other(theirs),
+        None => Answer::Nothing,
+    }
+}
+
+/// Whether a server's start failed because the binary has no TLS: Redis 7.0+ and Valkey built
+/// without it log `Failed finding TLS support` (after `Missing implement of connection type
+/// tls`); Redis 6.x built without it does not know the `tls-port` setting at all (`FATAL CONFIG
+/// FILE ERROR` naming `tls-port`, `Bad directive`). Nothing else counts.
+pub fn says_no_tls(output: &str) -> bool {
+    output.contains("Failed finding TLS support")
+        || output.contains("Missing implement of connection type tls")
+        || (output.contains("FATAL CONFIG FILE ERROR")
+            && output.contains("'tls-port")
+            && output.contains("Bad directive"))
+}
+
+/// A server process of the test's own ([`server_binary`]).
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
     tls_port: Option<u16>,
+}
+
+/// How a spawn ended.
+enum Spawned {
+    /// Up, and answering as itself on its port.
+    Up,
+    /// The process exited before it answered: its stderr and log.
+    Exited(String),
+    /// Another process's server answered on the port (ours was killed).
+    Taken(u32),
 }
 
 impl RedisServer {
@@ -83,9 +325,10 @@ impl RedisServer {
     /// Starts a server with extra command-line settings (`["--maxclients", "50"]`).
     pub fn start_with(extra: &[&str]) -> Self {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        Self::start_on_free_ports("redis-server", |server| {
+        Self::start_on_free_ports("the server", |server| {
             server.extra = extra.clone();
         })
+        .unwrap_or_else(|output| panic!("the server did not start:\n{output}"))
     }
 
     /// Starts a server that keeps its data across [`restart_keeping_data`](Self::restart_keeping_data):
@@ -98,11 +341,38 @@ impl RedisServer {
 
     /// Starts a server that also listens with TLS on a second port, with a certificate for
     /// 127.0.0.1 signed by a CA made for this server ([`ca_pem`](Self::ca_pem)). The plain
-    /// port stays open for readiness checks and raw access.
+    /// port stays open for readiness checks and raw access. Panics when the server binary has
+    /// no TLS; [`start_tls_or_skip`](Self::start_tls_or_skip) skips then.
     pub fn start_tls() -> Self {
-        Self::start_on_free_ports("redis-server with TLS", |server| {
+        Self::try_start_tls().unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// As [`start_tls`](Self::start_tls), but `None` when the server binary was built without
+    /// TLS (it said so when started with `--tls-port`; see [`says_no_tls`]): the test `test`
+    /// is then skipped, loudly (a `SKIPPED <test>: ...` line on stderr, which `cargo test` does
+    /// not capture), naming the binary and the reason. Any other failure to start
+    /// panics as in `start_tls`, and with `FERRISSON_REQUIRE_TLS=1` a server without TLS fails
+    /// the test instead of skipping it.
+    pub fn start_tls_or_skip(test: &str) -> Option<Self> {
+        match Self::try_start_tls() {
+            Ok(server) => Some(server),
+            Err(why) => {
+                if std::env::var("FERRISSON_REQUIRE_TLS").is_ok_and(|v| v == "1") {
+                    panic!("{why} (FERRISSON_REQUIRE_TLS=1: a TLS test may not be skipped)");
+                }
+                // Straight to the process's stderr: the test harness captures `eprintln!` of
+                // a passing test, and a skip must be seen.
+                let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+                None
+            }
+        }
+    }
+
+    /// A TLS server, or why the binary cannot be one.
+    fn try_start_tls() -> Result<Self, String> {
+        Self::start_on_free_ports("the server with TLS", |server| {
             make_certificates(&server.dir);
-            let tls_port = free_port();
+            let tls_port = pick_port(false);
             let dir = server.dir.display().to_string();
             server.extra = [
                 "--tls-port",
@@ -120,17 +390,35 @@ impl RedisServer {
             .to_vec();
             server.tls_port = Some(tls_port);
         })
+        .map_err(|output| {
+            let said = output
+                .lines()
+                .filter(|l| says_no_tls(l) || l.contains("tls-port") || l.contains("Bad directive"))
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" / ");
+            format!(
+                "{} has no TLS support: started with --tls-port it exited saying: {said}",
+                server_version()
+            )
+        })
     }
 
-    /// Starts a server on a free port, set up by `configure`. A port found free can be taken
-    /// before the server binds it (other tests' clients draw their local ports from the same
-    /// range), so a server that cannot bind is tried again on fresh ports.
-    fn start_on_free_ports(what: &str, mut configure: impl FnMut(&mut RedisServer)) -> Self {
+    /// Starts a server on a free port ([`pick_port`]), set up by `configure`. A server that
+    /// exits before it answers is tried again on fresh ports, as is one whose port turned out
+    /// to be another process's; `Err` with the server's output when it exited saying it has no
+    /// TLS ([`says_no_tls`]). Panics after 5 tries.
+    fn start_on_free_ports(
+        what: &str,
+        mut configure: impl FnMut(&mut RedisServer),
+    ) -> Result<Self, String> {
         ensure_redis_server();
+        let mut failures = String::new();
         for _ in 0..5 {
-            let port = free_port();
+            let port = pick_port(false);
             let dir =
                 std::env::temp_dir().join(format!("ferrisson-redis-{}-{port}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
             let mut server = RedisServer {
                 child: None,
@@ -140,11 +428,22 @@ impl RedisServer {
                 tls_port: None,
             };
             configure(&mut server);
-            if server.spawn() {
-                return server;
+            match server.spawn() {
+                Spawned::Up => return Ok(server),
+                Spawned::Exited(output) if says_no_tls(&output) => return Err(output),
+                Spawned::Exited(output) => {
+                    failures.push_str(&format!("\n--- port {port}: exited:\n{output}"));
+                }
+                Spawned::Taken(pid) => failures.push_str(&format!(
+                    "\n--- port {port}: answered by another server (process {pid})"
+                )),
             }
+            // Dropping `server` removes its directory and gives its ports back.
         }
-        panic!("{what} did not start on any of 5 ports");
+        panic!(
+            "{what} ({}) did not start on any of 5 ports:{failures}",
+            server_version()
+        );
     }
 
     /// The `rediss://` URL of a server from [`start_tls`](Self::start_tls).
@@ -160,9 +459,12 @@ impl RedisServer {
         std::fs::read(self.dir.join("ca.crt")).expect("the test CA")
     }
 
-    fn spawn(&mut self) -> bool {
+    /// Spawns the server and waits (at most 20 s: a persistent server loads its AOF first)
+    /// until it answers PING as itself ([`answer_on`]).
+    fn spawn(&mut self) -> Spawned {
         let log = self.dir.join("redis.log");
-        let child = Command::new("redis-server")
+        let stderr = std::fs::File::create(self.dir.join("stderr")).expect("the stderr file");
+        let child = Command::new(server_binary())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
@@ -171,39 +473,41 @@ impl RedisServer {
             .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
-            .expect("cannot run redis-server");
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", server_binary().display()));
+        let pid = child.id();
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.ping() {
-                return true;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match answer_on(self.port, pid) {
+                Answer::Ours => return Spawned::Up,
+                Answer::Other(theirs) => {
+                    self.kill();
+                    return Spawned::Taken(theirs);
+                }
+                Answer::Nothing => {}
             }
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
-                eprintln!("redis-server on port {} exited:\n{}", self.port, self.log());
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 self.child = None;
-                return false;
+                return Spawned::Exited(format!("({status})\n{}", self.output()));
             }
+            assert!(
+                Instant::now() < deadline,
+                "{} on port {} never answered PING within 20 s; its output:\n{}",
+                server_version(),
+                self.port,
+                self.output()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!(
-            "redis-server on port {} never answered PING; its log:\n{}",
-            self.port,
-            self.log()
-        );
     }
 
-    fn ping(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        if stream.write_all(b"PING\r\n").is_err() {
-            return false;
-        }
-        let mut line = String::new();
-        BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+    /// What the server printed before its log was open, and its log.
+    fn output(&self) -> String {
+        let mut text = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        text.push_str(&self.log());
+        text
     }
 
     /// The server's log so far.
@@ -227,7 +531,8 @@ impl RedisServer {
         &self.dir
     }
 
-    fn pid(&self) -> Option<u32> {
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
 
@@ -263,11 +568,17 @@ impl RedisServer {
     /// [`restart_keeping_data`](Self::restart_keeping_data)).
     pub fn restart(&mut self) {
         self.kill();
-        assert!(
-            self.spawn(),
-            "redis-server did not come back on port {}",
-            self.port
-        );
+        match self.spawn() {
+            Spawned::Up => {}
+            Spawned::Exited(output) => panic!(
+                "the server did not come back on port {}: it exited {output}",
+                self.port
+            ),
+            Spawned::Taken(pid) => panic!(
+                "the server did not come back on port {}: process {pid} answers there",
+                self.port
+            ),
+        }
     }
 
     /// Kills the server (SIGKILL) and starts it again as [`restart`](Self::restart) does, for
@@ -379,6 +690,10 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+        release_port(self.port);
+        if let Some(port) = self.tls_port {
+            release_port(port);
+        }
     }
 }
 

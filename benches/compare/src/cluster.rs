@@ -8,8 +8,10 @@
 
 #[path = "../../../tests/support/cluster.rs"]
 mod local;
+// The harness's server module: the cluster launcher's `super::server`, and the one place that
+// picks the server binary (`FERRISSON_SERVER`, set by `--server`) for `crate::server` too.
 #[path = "../../../tests/support/server.rs"]
-mod server;
+pub(crate) mod server;
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -10,6 +10,9 @@
 //! for `perf record`), COMPARE_NO_WRITE=1 (print only), COMPARE_CMDSTATS=1 (print every command's
 //! calls and Redis µs per cycle of workloads 4 and 4b, from INFO commandstats).
 //!
+//! `--server PATH` (or `FERRISSON_SERVER=PATH`) runs it all against that `redis-server` or
+//! `valkey-server` binary instead of `redis-server` from `PATH`, and then writes nothing.
+//!
 //! Exits 2 when any library let two holders into a critical section at once (or, in the
 //! semaphore workload, more holders than permits).
 
@@ -28,7 +31,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use libs::*;
 use memory::Memory;
@@ -569,7 +572,35 @@ fn sh(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
+/// `--server PATH` (or `--server=PATH`): the server binary to run everything against, a
+/// `redis-server` or `valkey-server` (Redis 6.2, 7.x, Valkey 8; `.ci/servers` fetches the
+/// other two). It sets `FERRISSON_SERVER`, which the test harness's server module (included by
+/// `cluster.rs`) reads, so the one server and the cluster of section 8 both run it, with the
+/// `redis-cli` / `valkey-cli` beside it. `FERRISSON_SERVER` set by hand does the same.
+fn server_flag() -> Result<Option<String>> {
+    let mut args = std::env::args().skip(1);
+    let mut server = None;
+    while let Some(arg) = args.next() {
+        if let Some(path) = arg.strip_prefix("--server=") {
+            server = Some(path.to_owned());
+        } else if arg == "--server" {
+            server = Some(args.next().context("--server needs a path")?);
+        } else {
+            anyhow::bail!(
+                "unknown argument {arg:?}; the only flag is --server PATH (the rest is set by \
+                 COMPARE_* variables, see src/main.rs)"
+            );
+        }
+    }
+    Ok(server)
+}
+
 fn main() -> Result<()> {
+    if let Some(server) = server_flag()? {
+        // SAFETY: no other thread runs yet (the runtime is built below), so nothing reads the
+        // environment while it changes.
+        unsafe { std::env::set_var(cluster::server::SERVER_VAR, server) };
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -588,13 +619,22 @@ async fn async_main() -> Result<()> {
         .arg("server")
         .query_async(&mut ctx.admin)
         .await?;
-    let redis_version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned();
-    eprintln!("redis-server {redis_version} on port {}", ctx.server.port);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+    };
+    let redis_version = field("redis_version:").unwrap_or_else(|| "?".into());
+    // Valkey answers redis_version 7.2.4 (what it forked from) and its own valkey_version.
+    let redis_version = match field("valkey_version:") {
+        Some(valkey) => format!("Valkey {valkey} (redis_version {redis_version})"),
+        None => redis_version,
+    };
+    eprintln!(
+        "{} {redis_version} on port {}",
+        cluster::server::server_binary().display(),
+        ctx.server.port
+    );
 
     // The limit: redis-benchmark, EVALSHA of a one-key script (the raw baseline's compare-and-delete).
     let sha: String = redis::cmd("SCRIPT")
@@ -741,11 +781,14 @@ async fn async_main() -> Result<()> {
         tables.push_str(&fairness::render(fair));
     }
     println!("{tables}\n{targets}");
+    // A run against a server other than the default `redis-server` prints its tables and
+    // leaves BENCHMARKS.md (the reference run's) alone, as a partial run does.
     let partial = [
         "COMPARE_ONLY",
         "COMPARE_WORKLOADS",
         "COMPARE_SKIP_LIMIT",
         "COMPARE_SEQ_CYCLES",
+        cluster::server::SERVER_VAR,
     ]
     .iter()
     .any(|k| {

@@ -1,12 +1,15 @@
-//! One redis-server on a free loopback port, killed when dropped; plus the small admin helpers
-//! the harness needs (INFO commandstats, CPU time of a process, redis-benchmark).
+//! One server on a free loopback port, killed when dropped; plus the small admin helpers the
+//! harness needs (INFO commandstats, CPU time of a process, redis-benchmark). The server binary
+//! is the test harness's choice (`tests/support/server.rs`): `--server PATH` or
+//! `FERRISSON_SERVER`, else `redis-server` from `PATH`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::cluster::server as harness;
 
 pub struct RedisServer {
     child: Child,
@@ -15,48 +18,59 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Result<RedisServer> {
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0")?;
-            l.local_addr()?.port()
-        };
-        // COMPARE_REDIS_CPU=<n> runs redis-server on CPU n only (taskset), so that with the
-        // harness pinned elsewhere Redis has a core of its own, as on a production host.
-        let mut command = match std::env::var("COMPARE_REDIS_CPU") {
-            Ok(cpu) if !cpu.trim().is_empty() => {
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpu.trim(), "redis-server"]);
-                c
-            }
-            _ => Command::new("redis-server"),
-        };
-        let child = command
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("spawning redis-server (is it installed?)")?;
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                s.set_read_timeout(Some(Duration::from_secs(1)))?;
-                if s.write_all(b"PING\r\n").is_ok() {
-                    let mut buf = [0u8; 16];
-                    if let Ok(n) = s.read(&mut buf)
-                        && buf[..n].starts_with(b"+PONG")
-                    {
-                        return Ok(server);
-                    }
+        let binary = harness::server_binary();
+        harness::ensure_redis_server();
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = harness::pick_port(false);
+            // COMPARE_REDIS_CPU=<n> runs the server on CPU n only (taskset), so that with the
+            // harness pinned elsewhere it has a core of its own, as on a production host.
+            let mut command = match std::env::var("COMPARE_REDIS_CPU") {
+                Ok(cpu) if !cpu.trim().is_empty() => {
+                    let mut c = Command::new("taskset");
+                    c.args(["-c", cpu.trim()]).arg(&binary);
+                    c
                 }
+                _ => Command::new(&binary),
+            };
+            let child = command
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1"])
+                .args(["--save", ""])
+                .args(["--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("spawning {} (is it installed?)", binary.display()))?;
+            let mut server = RedisServer { child, port };
+            // taskset execs the server: the pid is the server's.
+            let pid = server.child.id();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match harness::answer_on(port, pid) {
+                    harness::Answer::Ours => return Ok(server),
+                    harness::Answer::Other(theirs) => {
+                        last = format!("process {theirs} answers on port {port}");
+                        break;
+                    }
+                    harness::Answer::Nothing => {}
+                }
+                if let Ok(Some(status)) = server.child.try_wait() {
+                    last = format!("the server on port {port} exited ({status})");
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{} on port {port} did not answer PING within 10 s",
+                        binary.display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            if Instant::now() > deadline {
-                bail!("redis-server on port {port} did not answer PING within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            drop(server);
+            harness::release_port(port);
         }
+        bail!("{} did not start on any of 5 ports: {last}", binary.display())
     }
 
     pub fn url(&self) -> String {
@@ -196,6 +210,23 @@ pub fn cpu_ms(pid: &str) -> f64 {
     ticks * 1000.0 / clk_tck()
 }
 
+/// The `redis-benchmark` (or `valkey-benchmark`) beside a server chosen with `--server` /
+/// `FERRISSON_SERVER`, else `redis-benchmark` from `PATH` (any version measures EVALSHA on any
+/// of the servers).
+pub fn benchmark_binary() -> PathBuf {
+    if harness::server_chosen() {
+        let server = harness::server_binary();
+        if let Some(dir) = server.parent() {
+            for name in ["valkey-benchmark", "redis-benchmark"] {
+                if dir.join(name).is_file() {
+                    return dir.join(name);
+                }
+            }
+        }
+    }
+    PathBuf::from("redis-benchmark")
+}
+
 /// Runs redis-benchmark against the server and returns (requests/s, p50 ms).
 pub fn redis_benchmark(
     port: u16,
@@ -203,7 +234,7 @@ pub fn redis_benchmark(
     requests: u32,
     args: &[&str],
 ) -> Result<(f64, f64)> {
-    let out = Command::new("redis-benchmark")
+    let out = Command::new(benchmark_binary())
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args([
             "-c",
@@ -214,7 +245,7 @@ pub fn redis_benchmark(
         ])
         .args(args)
         .output()
-        .context("running redis-benchmark")?;
+        .with_context(|| format!("running {}", benchmark_binary().display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // --csv: a header line, then "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
