@@ -385,6 +385,14 @@ impl Client {
             },
             other => other,
         })?;
+        if !executor.has_set_get().await? {
+            return Err(Error::Connect {
+                address: address.clone(),
+                reason: "the server is older than Redis 6.2: it does not know SET … GET, which \
+                         ferrisson's scripts use (Redis 6.2 or newer, or Valkey, is needed)"
+                    .into(),
+            });
+        }
 
         let thread = ClientThread::start().await.map_err(|e| {
             Error::Redis(

@@ -276,6 +276,34 @@ impl Executor {
         Ok(())
     }
 
+    /// Whether the server knows what the scripts use that is newest: `SET … GET` (Redis 6.2;
+    /// the fencing counters are moved with it). Asked once, at connect, on a key of its own that
+    /// lives a second (`ferrisson_token:probe`: no slot's counter, those carry a hash tag; in
+    /// the README's ACL rule's reach). An older server answers a syntax error; a script that met
+    /// it would stop halfway, or go on with the error as a counter's value.
+    pub(crate) async fn has_set_get(&self) -> Result<bool> {
+        let mut probe = redis::cmd("SET");
+        probe
+            .arg("ferrisson_token:probe")
+            .arg(0)
+            .arg("PX")
+            .arg(1000)
+            .arg("GET");
+        match self.query(&probe).await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("syntax")) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::from_redis_request(
+                e,
+                "ferrisson_token:probe",
+                || "SET ferrisson_token:probe 0 PX 1000 GET".into(),
+            )),
+        }
+    }
+
     /// Sends one plain read-only command; `key` names the object in errors. Changing nothing,
     /// it is sent again on a new connection when the connection dropped under it.
     pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd, key: &str) -> Result<T> {
