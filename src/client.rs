@@ -385,7 +385,7 @@ impl Client {
             },
             other => other,
         })?;
-        if !executor.has_set_get().await? {
+        if !executor.has_set_get().await {
             return Err(Error::Connect {
                 address: address.clone(),
                 reason: "the server is older than Redis 6.2: it does not know SET … GET, which \
