@@ -275,3 +275,25 @@ async fn sentinels_name_a_new_master_when_the_master_is_killed() {
     );
     println!("sentinel test took {:?}", started.elapsed());
 }
+
+/// A TLS test skips only for a server that said it has no TLS; a missing binary, a bad setting
+/// or a crash is no reason to skip.
+#[test]
+fn only_a_server_without_tls_lets_a_tls_test_skip() {
+    use support::server::says_no_tls;
+    for no_tls in [
+        "# Missing implement of connection type tls\n# Failed finding TLS support.",
+        "*** FATAL CONFIG FILE ERROR (Redis 6.2.14) ***\n>>> 'tls-port \"12001\"'\nBad directive or wrong number of arguments",
+    ] {
+        assert!(says_no_tls(no_tls), "{no_tls}");
+    }
+    for other in [
+        "",
+        "bash: redis-server: command not found",
+        "# Could not create server TCP listening socket 127.0.0.1:12001: bind: Address already in use",
+        "*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\n>>> 'tls-cert-file \"/x\"'\nBad directive or wrong number of arguments",
+        "Failed to configure TLS. Check logs for more info.",
+    ] {
+        assert!(!says_no_tls(other), "{other}");
+    }
+}

@@ -73,9 +73,11 @@ impl RedisServer {
     /// As [`start_tls`](Self::start_tls), but `None` when the server binary was built without
     /// TLS (it said so when started with `--tls-port`; see [`says_no_tls`]): the test `test`
     /// is then skipped, loudly (a `SKIPPED <test>: ...` line on stderr, which `cargo test` does
-    /// not capture), naming the binary and the reason. Any other failure to start
-    /// panics as in `start_tls`, and with `FERRISSON_REQUIRE_TLS=1` a server without TLS fails
-    /// the test instead of skipping it.
+    /// not capture), naming the binary and the reason. Nothing else skips: a missing server
+    /// binary fails the test with the command that installs it ([`ensure_redis_server`], called
+    /// before any start), any other failure to start panics as in `start_tls`, and with
+    /// `FERRISSON_REQUIRE_TLS=1` (set by `.ci/run` for Debian's Redis, which has TLS) a server
+    /// without TLS fails the test instead of skipping it.
     pub fn start_tls_or_skip(test: &str) -> Option<Self> {
         match Self::try_start_tls() {
             Ok(server) => Some(server),
