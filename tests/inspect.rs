@@ -55,6 +55,21 @@ async fn a_plain_lock_free_then_held_by_two_clients_in_turn_with_waiters_counted
     let _java = Listener::on(&server, "redisson_lock__channel:{orders}").await;
     let waited = lock.snapshot().await.unwrap();
     assert_eq!((waited.subscribers, waited.ferrisson_subscribers), (2, 1));
+    // Past the starvation threshold (50 ms by default) b's waiter says it starves.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !lock.snapshot().await.unwrap().starving.is_empty()
+        })
+        .await,
+        "b's waiter starves"
+    );
+    let starving = lock.snapshot().await.unwrap().starving;
+    assert_eq!(starving.len(), 1);
+    assert_eq!(starving[0].client, Some(b.id()));
+    assert!(
+        starving[0].starving_for < Duration::from_secs(5),
+        "{starving:?}"
+    );
 
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
