@@ -405,3 +405,98 @@ async fn snapshots_serialize_to_json_with_milliseconds() {
     assert!(lease > 18_000 && lease <= 20_000, "{json}");
     guard.unlock().await.unwrap();
 }
+
+/// A user with the README's ACL rule (its `ACL SETUSER app-locks ...` lines, as written there).
+async fn readme_user(server: &RedisServer) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let mut admin = server.raw().await;
+    let mut lines = 0;
+    for rule in readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("ACL SETUSER app-locks "))
+    {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("app-locks");
+        for token in rule.split_whitespace() {
+            cmd.arg(token);
+        }
+        let () = cmd.query_async(&mut admin).await.expect("ACL SETUSER");
+        lines += 1;
+    }
+    assert!(lines >= 5, "the README's rule has {lines} lines");
+    format!("redis://app-locks:change-me@127.0.0.1:{}/", server.port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_snapshot_runs_under_the_readme_acl_rule() {
+    let server = RedisServer::start();
+    let url = readme_user(&server).await;
+    let client = support::builder_for(&url).build().await.unwrap();
+    let lock = client
+        .get_fair_lock("app:{user:1}:queue")
+        .lock()
+        .await
+        .unwrap();
+    let rw = client.get_read_write_lock("app:catalog");
+    let read = rw.read_lock().lock().await.unwrap();
+    let permits = client.get_permit_expirable_semaphore("app:render");
+    assert!(permits.try_set_permits(2).await.unwrap());
+    let permit = permits.acquire().await.unwrap();
+    assert_eq!(permits.request_revocation().await.unwrap(), 1);
+    assert!(
+        client
+            .get_count_down_latch("app:ready")
+            .try_set_count(2)
+            .await
+            .unwrap()
+    );
+
+    let fair = client
+        .get_fair_lock("app:{user:1}:queue")
+        .snapshot()
+        .await
+        .unwrap();
+    assert_eq!(fair.holders[0].client, Some(client.id()));
+    let reading = rw.snapshot().await.unwrap();
+    assert!(reading.readers[0].leases[0].is_some(), "{reading:?}");
+    let out = permits.snapshot().await.unwrap();
+    assert_eq!((out.permits.len(), out.revocations.len()), (1, 1));
+    assert_eq!(
+        client
+            .get_semaphore("app:render")
+            .snapshot()
+            .await
+            .unwrap()
+            .available,
+        Some(1)
+    );
+    assert_eq!(
+        client
+            .get_count_down_latch("app:ready")
+            .snapshot()
+            .await
+            .unwrap()
+            .count,
+        2
+    );
+    for name in [
+        "app:{user:1}:queue",
+        "app:catalog",
+        "app:render",
+        "app:ready",
+        "app:none",
+    ] {
+        client.inspect(name).await.unwrap();
+    }
+    let mut admin = server.raw().await;
+    let refusals: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(refusals.is_empty(), "refused: {refusals:?}");
+    lock.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+    permit.release().await.unwrap();
+}
