@@ -160,6 +160,38 @@ impl Client {
         RLock::new(self.inner.clone(), self.locks.clone(), name)
     }
 
+    /// What Redis holds under `name`, whatever kind of object it is: the kind is found from the
+    /// keys (a hash with a `mode` field is a read-write lock, another hash a lock; a count is a
+    /// semaphore or a latch, told apart by who listens; see [`Snapshot`](crate::inspect::Snapshot)),
+    /// in one round trip that changes nothing. When you know the kind, the object's own
+    /// `snapshot()` says more (a lock's kind, a count's meaning).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a malformed name;
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds something no ferrisson
+    /// object stores (a list, a set, ...) or a key of the object holds another type;
+    /// [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::inspect::Snapshot;
+    ///
+    /// if let Snapshot::Lock(lock) = client.inspect("orders:42").await? {
+    ///     println!("{} holder(s), lease {:?}", lock.holders.len(), lock.lease);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<crate::inspect::Snapshot> {
+        crate::inspect::any(&self.inner, name).await
+    }
+
     /// A handle on the fair lock `name`: granted in the order the waiters asked, each
     /// acquisition a waiter of its own. See [`RFairLock`].
     ///

@@ -13,6 +13,7 @@
 //! | [`semaphores`] | `RSemaphore` and `RPermitExpirableSemaphore` |
 //! | [`latch`] | `RCountDownLatch` |
 //! | [`revocation`] | asking a holder to let go |
+//! | [`inspect`] | who holds it, who waits: snapshots of every object, for operators |
 //! | [`topologies`] | one server, Cluster, Sentinel; the failover window and `sync_replicas` |
 //! | [`multilock`] | `MultiLock` and `RedLock` |
 //! | [`layout`] | every key and channel in Redis, shared with Redisson 3.x |
@@ -47,6 +48,9 @@ pub mod latch {}
 
 #[doc = include_str!("../docs/revocation.md")]
 pub mod revocation {}
+
+#[doc = include_str!("../docs/inspect.md")]
+pub mod inspect {}
 
 #[doc = include_str!("../docs/topologies.md")]
 pub mod topologies {}

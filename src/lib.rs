@@ -11,6 +11,7 @@ mod core;
 mod deadline;
 mod error;
 pub mod guide;
+pub mod inspect;
 mod lease;
 mod link;
 mod live;

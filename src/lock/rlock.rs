@@ -399,6 +399,51 @@ impl RLock {
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
+    /// What Redis holds for this lock now: holders (owner, client, hold count), lease left,
+    /// waiters (subscribers, a fair lock's queue with each turn and deadline, starving waiters),
+    /// pending revocation requests and token counters, read in one round trip that changes
+    /// nothing. See [`LockSnapshot`](crate::inspect::LockSnapshot) and the guide's
+    /// [inspection page](crate::guide::inspect).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when a key of the lock holds another type, or the name holds a
+    /// read-write lock; [`Error::InvalidArgument`] for a malformed name, or on a read-write
+    /// lock's side (take [`RReadWriteLock::snapshot`](crate::RReadWriteLock::snapshot));
+    /// [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: ferrisson::RLock) -> ferrisson::Result<()> {
+    /// let snapshot = lock.snapshot().await?;
+    /// for holder in &snapshot.holders {
+    ///     println!("{} holds it ({} holds), {:?} left", holder.owner, holder.holds, snapshot.lease);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> Result<crate::inspect::LockSnapshot> {
+        use crate::inspect::LockKind;
+        self.check()?;
+        let ops = &self.handle.ops;
+        let kind = match (ops.kind(), ops.label()) {
+            ("fair", _) => LockKind::Fair,
+            (_, "fenced") => LockKind::Fenced,
+            ("read" | "write", _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "`{}` is a side of a read-write lock: take the read-write lock's snapshot",
+                    self.name()
+                )));
+            }
+            _ => LockKind::Plain,
+        };
+        crate::inspect::lock(&self.handle.core, self.name(), kind).await
+    }
+
     /// Frees the lock whoever holds it, and wakes its waiters. Returns whether it was held.
     /// Holders find their guards lost at their next renewal. The fencing counter is left alone,
     /// so tokens never go backwards.

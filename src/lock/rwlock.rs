@@ -107,6 +107,34 @@ impl RReadWriteLock {
         self.policy
     }
 
+    /// What Redis holds for this lock now: mode, the writer, each reader with each read
+    /// hold's lease, waiting writers' marks, pending revocation requests and subscribers, read
+    /// in one round trip that changes nothing. See
+    /// [`RwLockSnapshot`](crate::inspect::RwLockSnapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when a key of the lock holds another type,
+    /// or the name holds another kind of lock; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a malformed name; [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let rw = client.get_read_write_lock("catalog").snapshot().await?;
+    /// println!("{:?}: {} reader(s), writer {:?}", rw.mode, rw.readers.len(), rw.writer);
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> crate::Result<crate::inspect::RwLockSnapshot> {
+        self.read.check()?;
+        crate::inspect::rwlock(self.read.core(), self.name()).await
+    }
+
     /// The read side: shared among readers, excluded by a writer (except a read nested in the
     /// writer's scope, which is the writer's own).
     pub fn read_lock(&self) -> RLock {

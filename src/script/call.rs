@@ -127,6 +127,7 @@ scripts! {
     LOCK_REPAIR => "lock_repair",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",
     LOCK_INSPECT => "lock_inspect",
+    INSPECT => "inspect",
     LOCK_STARVING_LEAVE => "lock_starving_leave",
     RWLOCK_READ_ACQUIRE => "rwlock_read_acquire",
     RWLOCK_READ_RELEASE => "rwlock_read_release",

@@ -152,6 +152,30 @@ impl RCountDownLatch {
         Ok(u64::try_from(self.run(call).await?).unwrap_or(0))
     }
 
+    /// What Redis holds for this latch now: the count and the connections waiting, read in one
+    /// round trip that changes nothing. See [`LatchSnapshot`](crate::inspect::LatchSnapshot).
+    ///
+    /// # Errors
+    ///
+    /// As [`get_count`](Self::get_count).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(latch: ferrisson::RCountDownLatch) -> ferrisson::Result<()> {
+    /// let now = latch.snapshot().await?;
+    /// println!("{} to go, {} connection(s) waiting", now.count, now.subscribers);
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> Result<crate::inspect::LatchSnapshot> {
+        self.check()?;
+        crate::inspect::latch(&self.core, &self.name).await
+    }
+
     /// The count left: 0 when the latch is open (or was never set).
     ///
     /// # Errors

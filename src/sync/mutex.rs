@@ -147,6 +147,27 @@ impl RMutex {
         self.lock.try_lock_for(wait, lease).await
     }
 
+    /// What Redis holds for this mutex now: a plain lock's snapshot (see [`RLock::snapshot`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`RLock::snapshot`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mutex: ferrisson::RMutex) -> ferrisson::Result<()> {
+    /// println!("held by {:?}", mutex.snapshot().await?.holders);
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> Result<crate::inspect::LockSnapshot> {
+        self.lock.snapshot().await
+    }
+
     /// Whether anybody holds the mutex.
     ///
     /// # Errors

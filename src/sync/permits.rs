@@ -223,6 +223,33 @@ impl RPermitExpirableSemaphore {
         self.set("add", Some(delta)).await
     }
 
+    /// What Redis holds for this semaphore now: the permits free, every permit out with its
+    /// expiry, pending revocation requests and the connections waiting, read in one round trip
+    /// that changes nothing (expired permits are shown, not given back). See
+    /// [`PermitSemaphoreSnapshot`](crate::inspect::PermitSemaphoreSnapshot).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// for permit in semaphore.snapshot().await?.permits {
+    ///     println!("{} expires {}", permit.id, permit.expires);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> Result<crate::inspect::PermitSemaphoreSnapshot> {
+        self.check()?;
+        crate::inspect::permits(self.inner(), &self.shared.name).await
+    }
+
     /// The permits free now, expired ones counted as free (they are given back first).
     ///
     /// # Errors

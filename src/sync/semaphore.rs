@@ -169,6 +169,31 @@ impl RSemaphore {
         self.run(call).await
     }
 
+    /// What Redis holds for this semaphore now: the permits free and the connections waiting,
+    /// read in one round trip that changes nothing. See
+    /// [`SemaphoreSnapshot`](crate::inspect::SemaphoreSnapshot).
+    ///
+    /// # Errors
+    ///
+    /// As [`available_permits`](Self::available_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (read only).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: ferrisson::RSemaphore) -> ferrisson::Result<()> {
+    /// let now = semaphore.snapshot().await?;
+    /// println!("{:?} free, {} connection(s) waiting", now.available, now.subscribers);
+    /// # Ok(()) }
+    /// ```
+    pub async fn snapshot(&self) -> Result<crate::inspect::SemaphoreSnapshot> {
+        self.check()?;
+        crate::inspect::semaphore(self.inner(), &self.shared.name).await
+    }
+
     /// The permits free now (0 when none were ever set; negative after permits were removed
     /// below what was taken).
     ///
