@@ -639,8 +639,8 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
     let mut needed = script_commands();
     assert!(needed.contains("time") && needed.contains("pubsub|numsub"));
     // Sent by the client itself (seen with MONITOR): scripts, their loading, the same scripts
-    // as EVAL after NOSCRIPT (tests/noscript.rs), the plain reads and the pub/sub connection's
-    // requests.
+    // as EVAL after NOSCRIPT (tests/noscript.rs), the plain reads, the pub/sub connection's
+    // requests, and its identity's refresh and removal (tests/identities.rs).
     for own in [
         "evalsha",
         "eval",
@@ -649,6 +649,8 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
         "hmget",
         "subscribe",
         "unsubscribe",
+        "pexpire",
+        "del",
     ] {
         needed.insert(own.to_owned());
     }

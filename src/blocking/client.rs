@@ -451,6 +451,18 @@ impl ClientBuilder {
         self.with(|b| b.metrics_lock_names(on))
     }
 
+    /// The application name the client's identity gives. See
+    /// [`ferrisson::ClientBuilder::app_name`](crate::ClientBuilder::app_name).
+    pub fn app_name(self, name: impl Into<String>) -> Self {
+        self.with(|b| b.app_name(name))
+    }
+
+    /// Whether the client records its identity in Redis. Default: on. See
+    /// [`ferrisson::ClientBuilder::identity`](crate::ClientBuilder::identity).
+    pub fn identity(self, on: bool) -> Self {
+        self.with(|b| b.identity(on))
+    }
+
     /// Checks the settings, connects and loads the scripts, blocking the calling thread.
     ///
     /// The async client is built in a short-lived runtime on a short-lived thread, both gone
