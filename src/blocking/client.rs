@@ -122,6 +122,37 @@ impl Client {
         self.client.live_owners()
     }
 
+    /// Every live ferrisson client's identity, blocking the calling thread. See
+    /// [`ferrisson::Client::clients`](crate::Client::clients).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// for who in client.clients()? {
+    ///     println!("{} on {} (pid {})", who.app, who.host, who.pid);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn clients(&self) -> Result<Vec<crate::ClientIdentity>> {
+        self.blocker.call(self.client.clients())
+    }
+
+    /// The identity of client `id`, if it is alive and records one, blocking the calling
+    /// thread. See [`ferrisson::Client::identity_of`](crate::Client::identity_of).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let me = client.identity_of(client.id())?;
+    /// assert!(me.is_some(), "identities are on by default");
+    /// # Ok(()) }
+    /// ```
+    pub fn identity_of(&self, id: Uuid) -> Result<Option<crate::ClientIdentity>> {
+        self.blocker.call(self.client.identity_of(id))
+    }
+
     /// A handle on the reentrant lock `name`: each acquisition is an owner of its own, and only
     /// one nested in a hold's scope is reentrant. See [`RLock`].
     ///
