@@ -426,6 +426,16 @@ impl Client {
             });
         }
 
+        // Written before anything else of the client runs: a user refused it learns so here.
+        let identity = match &config.identity {
+            Some(app) => {
+                let own = crate::identity::Own::new(id, app.clone());
+                own.write(&executor).await?;
+                Some(Arc::new(own))
+            }
+            None => None,
+        };
+
         let thread = ClientThread::start().await.map_err(|e| {
             Error::Redis(
                 std::io::Error::new(e.kind(), format!("cannot start the client's thread: {e}"))
@@ -469,6 +479,7 @@ impl Client {
             config.watchdog_timeout,
             shutdown_rx,
             thread.handle(),
+            identity.clone(),
         );
         Ok(Client {
             inner: Arc::new(Core {
@@ -479,6 +490,7 @@ impl Client {
                 hub,
                 watchdog,
                 observe,
+                identity,
                 pending: pending.clone(),
                 closed: std::sync::atomic::AtomicBool::new(false),
                 _shutdown: shutdown,
@@ -495,7 +507,9 @@ impl Client {
     /// leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
     /// way when a process exits never reaches Redis, and its locks stay taken until their
     /// leases run out. Returns what was still under way when it gave up (empty: all done);
-    /// each is also logged as a warning.
+    /// each is also logged as a warning. Last, it removes the client's identity (see
+    /// [`clients`](Self::clients)); if Redis does not answer, the identity's TTL removes it
+    /// within 5 s.
     ///
     /// Dropping the last handle of a client waits for the releases of dropped guards (which go
     /// over the client thread's own connection) for at most one second, blocking the thread:
@@ -526,6 +540,11 @@ impl Client {
         let within = self.inner.config.response_timeout * 2;
         let left = self.inner.pending.settled(within).await;
         warn_left(&left);
+        if let Some(identity) = &self.inner.identity
+            && let Err(e) = identity.remove(&self.inner.executor).await
+        {
+            tracing::debug!(error = %e, "the client's identity was not removed; its TTL ends it");
+        }
         left
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct Config {
     /// Metrics carry a `lock` label with the object's name.
     #[cfg(feature = "metrics")]
     pub(crate) metrics_lock_names: bool,
+    /// The client's identity (see `identity`): `None` when turned off, else the application
+    /// name set (`Some(None)`: the executable's file name).
+    pub(crate) identity: Option<Option<String>>,
 }
 
 /// Which servers a client talks to.
@@ -145,6 +148,9 @@ pub struct ClientBuilder {
     tls: Option<Tls>,
     #[cfg(feature = "metrics")]
     metrics_lock_names: bool,
+    /// Set in `identity.rs`.
+    pub(crate) identity: bool,
+    pub(crate) app_name: Option<String>,
 }
 
 impl Default for ClientBuilder {
@@ -167,6 +173,8 @@ impl Default for ClientBuilder {
             tls: None,
             #[cfg(feature = "metrics")]
             metrics_lock_names: false,
+            identity: true,
+            app_name: None,
         }
     }
 }
@@ -498,12 +506,15 @@ impl ClientBuilder {
     /// clock is paused; [`Error::Connect`] when no connection opens within the connection
     /// timeout, or the server wants a password the URL does not carry or refuses the one it
     /// does (see [`Client::connect`](crate::Client::connect));
-    /// [`Error::Redis`] when loading the scripts fails, or the client's thread cannot be
+    /// [`Error::PermissionDenied`] when the ACL user may not run the set-up, or write the
+    /// client's identity (grant `~ferrisson_client:*`, or turn [`identity`](Self::identity)
+    /// off); [`Error::Redis`] when loading the scripts fails, or the client's thread cannot be
     /// started.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future drops the half-made client.
+    /// Cancel safe: dropping the future drops the half-made client (an identity it wrote
+    /// vanishes with its TTL).
     ///
     /// # Examples
     ///
@@ -648,6 +659,7 @@ impl ClientBuilder {
             tls: self.tls,
             #[cfg(feature = "metrics")]
             metrics_lock_names: self.metrics_lock_names,
+            identity: self.identity.then_some(self.app_name),
         })
     }
 }

@@ -277,6 +277,30 @@ impl Connection {
             .await
     }
 
+    /// Sends one command to the master that serves `slot` (one server: to it): for the
+    /// commands a cluster cannot route by a key, `SCAN` and `TIME`, to reach a given master.
+    pub(crate) async fn send_to_slot(
+        &self,
+        cmd: &Cmd,
+        slot: u16,
+        cap: Duration,
+    ) -> RedisResult<Value> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let send = self.with(|conn| async move {
+            match conn {
+                Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
+                Conn::Cluster(mut conn) => {
+                    let route = Route::new(slot, SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    conn.route_command(cmd.clone(), routing).await
+                }
+            }
+        });
+        let capped: BoxFuture<'_, RedisResult<Value>> = Box::pin(capped(cap, send));
+        capped.await
+    }
+
     async fn with<T, F, Fut>(&self, send: F) -> RedisResult<T>
     where
         F: FnOnce(Conn) -> Fut,

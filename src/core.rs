@@ -27,6 +27,8 @@ pub(crate) struct Core {
     pub(crate) observe: crate::observe::Context,
     /// Set by [`Client::close`](crate::Client::close): no new acquire or wait is taken on.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// What the client records of itself in Redis; `None` when identities are off.
+    pub(crate) identity: Option<std::sync::Arc<crate::identity::Own>>,
     /// Background work under way, which the end of a process waits for.
     pub(crate) pending: std::sync::Arc<crate::pending::Pending>,
     /// Dropped with the client: tells the watchdog task to stop.

@@ -72,11 +72,14 @@ fn url_of(server: &RedisServer, user: &str) -> String {
 /// A client logged in as `user`, whose waiters wake only by message within a test's time: the
 /// re-check interval is 60 s and a fair waiter's nap 20 s (a third of the queue timeout).
 async fn client_as(server: &RedisServer, user: &str) -> Result<Client, Error> {
+    builder_as(server, user).build().await
+}
+
+/// The builder of [`client_as`].
+fn builder_as(server: &RedisServer, user: &str) -> ferrisson::ClientBuilder {
     builder_for(&url_of(server, user))
         .recheck_interval(Duration::from_secs(60))
         .fair_lock_queue_timeout(Duration::from_secs(60))
-        .build()
-        .await
 }
 
 /// Every refusal Redis logged (`ACL LOG`), as "reason object".
@@ -488,6 +491,10 @@ async fn every_object_kind_runs_under_the_documented_rule() {
     guard.unlock().await.unwrap();
 
     assert!(numsub_calls > 0, "the handover's subscriber count ran");
+    // Each client's identity was written, refreshed all along, and reads back under the user.
+    let me = a.identity_of(a.id()).await.unwrap().expect("a's identity");
+    assert!(me.age >= Duration::from_secs(2), "{me:?}");
+    assert!(b.identity_of(b.id()).await.unwrap().is_some());
     let refusals = acl_log(&server).await;
     assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
     let keys: Vec<String> = admin.keys("*").await.unwrap();
@@ -639,8 +646,8 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
     let mut needed = script_commands();
     assert!(needed.contains("time") && needed.contains("pubsub|numsub"));
     // Sent by the client itself (seen with MONITOR): scripts, their loading, the same scripts
-    // as EVAL after NOSCRIPT (tests/noscript.rs), the plain reads and the pub/sub connection's
-    // requests.
+    // as EVAL after NOSCRIPT (tests/noscript.rs), the plain reads, the pub/sub connection's
+    // requests, and its identity's refresh and removal (tests/identities.rs).
     for own in [
         "evalsha",
         "eval",
@@ -649,6 +656,8 @@ fn the_rule_grants_exactly_the_commands_the_client_and_its_scripts_send() {
         "hmget",
         "subscribe",
         "unsubscribe",
+        "pexpire",
+        "del",
     ] {
         needed.insert(own.to_owned());
     }
@@ -677,7 +686,13 @@ async fn refused<T: std::fmt::Debug>(
 async fn without_evalsha_an_operation_is_refused_naming_its_script() {
     let server = RedisServer::start();
     create_user(&server, "no-evalsha", &["+evalsha"]).await;
-    let client = client_as(&server, "no-evalsha").await.unwrap();
+    // Its identity's script would be refused as the client connects (see
+    // `without_the_identity_pattern_the_client_does_not_connect`).
+    let client = builder_as(&server, "no-evalsha")
+        .identity(false)
+        .build()
+        .await
+        .unwrap();
     let (what, reason) = refused("lock", client.get_lock("app:orders").lock()).await;
     assert!(
         what.contains("lock_acquire") && what.contains("app:orders"),
@@ -717,6 +732,50 @@ async fn without_script_load_the_client_does_not_connect() {
     assert_eq!(what, "SCRIPT LOAD");
     assert!(!reason.is_empty());
     assert_logged(&server, "command", "script").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_identity_pattern_the_client_does_not_connect() {
+    let server = RedisServer::start();
+    create_user(&server, "no-identity", &["~ferrisson_client:*"]).await;
+    let (what, reason) = refused("connect", client_as(&server, "no-identity")).await;
+    assert!(
+        what.contains("client_identity") && what.contains("ferrisson_client:{"),
+        "{what}"
+    );
+    assert!(!reason.is_empty());
+    assert_logged(&server, "key", "ferrisson_client:{").await;
+    // Turned off, the client needs no such key, and locks.
+    let client = builder_as(&server, "no-identity")
+        .identity(false)
+        .build()
+        .await
+        .unwrap();
+    let guard = client.get_lock("app:orders").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+/// Listing every client needs `SCAN`, which the rule leaves out (it lists every key name of
+/// the database, whatever the key patterns say); one client's identity needs nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_the_clients_needs_scan_which_the_rule_leaves_out() {
+    let server = RedisServer::start();
+    create_user(&server, USER, &[]).await;
+    let client = client_as(&server, USER).await.unwrap();
+    assert!(client.identity_of(client.id()).await.unwrap().is_some());
+    let (what, _) = refused("clients", client.clients()).await;
+    assert!(what.contains("SCAN"), "{what}");
+    assert_logged(&server, "command", "scan").await;
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(USER)
+        .arg("+scan")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    let listed = client.clients().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, client.id());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -762,7 +821,12 @@ async fn without_the_braced_prefix_derived_keys_are_refused() {
 async fn without_time_the_fair_lock_is_refused_before_it_queues() {
     let server = RedisServer::start();
     create_user(&server, "no-time", &["+time"]).await;
-    let client = client_as(&server, "no-time").await.unwrap();
+    // Its identity's script reads the server's clock as the client connects.
+    let client = builder_as(&server, "no-time")
+        .identity(false)
+        .build()
+        .await
+        .unwrap();
     let (what, reason) = refused("fair lock", client.get_fair_lock("app:fair").lock()).await;
     assert!(what.contains("fair_acquire"), "{what}");
     assert!(!reason.is_empty());

@@ -26,13 +26,17 @@ async fn cluster_client(cluster: &RedisCluster, recheck: Duration) -> Client {
         .expect("a cluster client")
 }
 
-/// Every key on every master, with its slot.
+/// Every key on every master, with its slot, but the live clients' identities (which belong to
+/// no object).
 async fn keys_by_slot(cluster: &RedisCluster) -> Vec<(String, u16)> {
     let mut found = Vec::new();
     for port in cluster.masters().await {
         let mut node = cluster.raw_node(port).await;
         let keys: Vec<String> = node.keys("*").await.unwrap();
-        for key in keys {
+        for key in keys
+            .into_iter()
+            .filter(|k| !k.starts_with("ferrisson_client:"))
+        {
             let slot = cluster.slot_of(&key).await;
             found.push((key, slot));
         }

@@ -20,13 +20,16 @@ async fn dbsize(server: &RedisServer) -> i64 {
     redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap()
 }
 
+/// Every key, but the live clients' identities.
 async fn all_keys(server: &RedisServer) -> Vec<String> {
     let mut raw = server.raw().await;
-    redis::cmd("KEYS")
+    let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut raw)
         .await
-        .unwrap()
+        .unwrap();
+    keys.retain(|k| !k.starts_with("ferrisson_client:"));
+    keys
 }
 
 async fn used_memory(server: &RedisServer) -> i64 {

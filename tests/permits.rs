@@ -392,8 +392,9 @@ async fn layout_and_operations_follow_redisson() {
     held.release().await.unwrap();
     let keys: Vec<String> = raw.keys("*").await.unwrap();
     assert!(
-        keys.iter()
-            .all(|k| k == "slots" || k.starts_with("ferrisson_token:")),
+        keys.iter().all(|k| k == "slots"
+            || k.starts_with("ferrisson_token:")
+            || k.starts_with("ferrisson_client:")),
         "left behind: {keys:?}"
     );
 }

@@ -122,6 +122,37 @@ impl Client {
         self.client.live_owners()
     }
 
+    /// Every live ferrisson client's identity, blocking the calling thread. See
+    /// [`ferrisson::Client::clients`](crate::Client::clients).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// for who in client.clients()? {
+    ///     println!("{} on {} (pid {})", who.app, who.host, who.pid);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn clients(&self) -> Result<Vec<crate::ClientIdentity>> {
+        self.blocker.call(self.client.clients())
+    }
+
+    /// The identity of client `id`, if it is alive and records one, blocking the calling
+    /// thread. See [`ferrisson::Client::identity_of`](crate::Client::identity_of).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// let me = client.identity_of(client.id())?;
+    /// assert!(me.is_some(), "identities are on by default");
+    /// # Ok(()) }
+    /// ```
+    pub fn identity_of(&self, id: Uuid) -> Result<Option<crate::ClientIdentity>> {
+        self.blocker.call(self.client.identity_of(id))
+    }
+
     /// A handle on the reentrant lock `name`: each acquisition is an owner of its own, and only
     /// one nested in a hold's scope is reentrant. See [`RLock`].
     ///
@@ -449,6 +480,18 @@ impl ClientBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_lock_names(self, on: bool) -> Self {
         self.with(|b| b.metrics_lock_names(on))
+    }
+
+    /// The application name the client's identity gives. See
+    /// [`ferrisson::ClientBuilder::app_name`](crate::ClientBuilder::app_name).
+    pub fn app_name(self, name: impl Into<String>) -> Self {
+        self.with(|b| b.app_name(name))
+    }
+
+    /// Whether the client records its identity in Redis. Default: on. See
+    /// [`ferrisson::ClientBuilder::identity`](crate::ClientBuilder::identity).
+    pub fn identity(self, on: bool) -> Self {
+        self.with(|b| b.identity(on))
     }
 
     /// Checks the settings, connects and loads the scripts, blocking the calling thread.

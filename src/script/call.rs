@@ -151,6 +151,7 @@ scripts! {
     PERMIT_RENEW => "permit_renew",
     PERMIT_SET => "permit_set",
     REVOKE => "revoke",
+    CLIENT_IDENTITY => "client_identity",
 }
 
 /// One invocation of a script: its keys, then its arguments.

@@ -341,6 +341,22 @@ impl Executor {
         }
     }
 
+    /// Sends one read-only command to the master that serves `slot` (see
+    /// [`Connection::send_to_slot`]); `what` names it in errors.
+    pub(crate) async fn read_on_slot<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        slot: u16,
+        what: &str,
+    ) -> Result<T> {
+        let value = self
+            .conn
+            .send_to_slot(cmd, slot, self.cap)
+            .await
+            .map_err(|e| Error::from_redis_request(e, "", || what.to_owned()))?;
+        T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{what}: {e}")))
+    }
+
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
         self.conn.send(cmd, self.cap).await
     }

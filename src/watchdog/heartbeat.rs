@@ -1,13 +1,16 @@
 //! The heartbeat: while the client holds leases the watchdog keeps, a call every second that
 //! finds out whether what it holds is gone: each hold removed by somebody else (DEL, FLUSHALL, a
 //! forced unlock) is marked lost at once; and a failed call (a restart, a cut connection) or a
-//! failover has the watchdog re-check every hold at once instead of at its next renewal.
+//! failover has the watchdog re-check every hold at once instead of at its next renewal. It also
+//! keeps the client's identity alive.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::{RECHECK_RETRY, Shared, check};
+use crate::identity::Own;
 use crate::script::Executor;
 
 /// How often the client makes sure its connection still stands while it holds renewed leases.
@@ -26,11 +29,23 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 ///   other masters than a second before, a master died or a failover happened. A probe sent to
 ///   every master would not do: the redis crate leaves a node it cannot reach out of such a call
 ///   and answers for the others.
+///
+/// With the client's `identity`, it beats every second whether it holds anything or not: the
+/// identity's refresh (see [`Own::beat`]), sent beside the presence check when there are holds.
+/// Its failure alone suspects nothing (a hold's check does that for what matters).
 pub(super) async fn heartbeat(
     shared: std::sync::Weak<Shared>,
     executor: Executor,
     mut shutdown: watch::Receiver<()>,
+    identity: Option<Arc<Own>>,
 ) {
+    let refresh = || async {
+        if let Some(identity) = &identity
+            && let Err(e) = identity.beat(&executor).await
+        {
+            tracing::debug!(error = %e, "the client's identity was not refreshed");
+        }
+    };
     let cluster = executor.target().is_cluster();
     let mut slots = redis::cmd("CLUSTER");
     slots.arg("SLOTS");
@@ -50,11 +65,13 @@ pub(super) async fn heartbeat(
         if holds.is_empty() {
             masters = None;
             pause = HEARTBEAT;
+            refresh().await;
             continue;
         }
         // The presence check is the beat on one server (it fails like any call when the server
         // restarted or the connection was cut); a cluster's beat is `CLUSTER SLOTS` beside it.
-        let looked = check::gone(&executor, holds);
+        let looked = futures::future::join(check::gone(&executor, holds), refresh());
+        let looked = async { looked.await.0 };
         let beat = if cluster {
             let listed = executor.read::<redis::Value>(&slots, "heartbeat");
             let (listed, looked) = futures::future::join(listed, looked).await;

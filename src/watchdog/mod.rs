@@ -196,6 +196,7 @@ impl Watchdog {
         lease: Duration,
         shutdown: watch::Receiver<()>,
         runtime: &tokio::runtime::Handle,
+        identity: Option<Arc<crate::identity::Own>>,
     ) -> Self {
         let shared = Arc::new(Shared::default());
         let changes = executor.connection_changes();
@@ -204,6 +205,7 @@ impl Watchdog {
             Arc::downgrade(&shared),
             executor.clone(),
             shutdown.clone(),
+            identity,
         )));
         runtime.spawn(on_own_connection(run(
             shared.clone(),

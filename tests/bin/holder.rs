@@ -18,7 +18,8 @@
 //! `signal` and `blocking-signal` call `close_on_signal` (the process ends on SIGINT or
 //! SIGTERM); `on-signal` and `blocking-on-signal` call `on_signal`, print `SIGNALLED <signal>
 //! <lost|held>` once it resolves (whether the guard, still alive, was told its hold is gone),
-//! and then hang, as a shutdown that never finishes would.
+//! and then hang, as a shutdown that never finishes would. `identity` prints `ID <client id>`
+//! once connected, then holds the lock as `lock` does.
 
 use std::time::Duration;
 
@@ -68,6 +69,9 @@ async fn main() {
         fail(3, "lease lost");
     }
     let client = &clients[0];
+    if kind == "identity" {
+        println!("ID {}", client.id());
+    }
     match kind {
         "exit-holding" => {
             let _guard = client
@@ -169,7 +173,7 @@ async fn main() {
         fail(3, "permit lost");
     }
     let lock = match kind {
-        "lock" | "signal" => client.get_lock(name),
+        "lock" | "signal" | "identity" => client.get_lock(name),
         "read" => client.get_read_write_lock(name).read_lock(),
         "write" => client.get_read_write_lock(name).write_lock(),
         "prefer-write" => client

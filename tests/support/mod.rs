@@ -215,6 +215,11 @@ impl HolderProcess {
         assert!(status.success(), "SIGSTOP the holder");
     }
 
+    /// The process's id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// SIGKILL, and wait until it is gone.
     pub async fn kill(&mut self) {
         self.child.start_kill().expect("kill the holder");

@@ -1,0 +1,454 @@
+//! Client identities: who each client is, recorded under its id, so that an owner name
+//! `<uuid>:<n>` found on a stuck lock maps to a service, a host and a process.
+//!
+//! Written when the client connects (`lua/client_identity.lua`), kept alive by the watchdog's
+//! heartbeat (one `PEXPIRE` a second; written again when the heartbeat finds it gone), removed by
+//! [`Client::close`]; a client that dies without closing is gone within [`TTL`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::Client;
+use crate::config::ClientBuilder;
+use crate::error::{Error, Result};
+use crate::script::{CLIENT_IDENTITY, Executor, ScriptCall};
+
+/// The pattern every identity key matches (and the ACL rule grants).
+const PATTERN: &str = "ferrisson_client:*";
+
+/// How long an identity outlives its client's last heartbeat: five beats, so that a beat or
+/// two lost to a slow server or a short outage does not drop a live client from the list.
+pub(crate) const TTL: Duration = Duration::from_secs(5);
+
+/// The key of client `id`'s identity; the id is its hash tag, so the key has a slot of its own.
+pub(crate) fn key(id: Uuid) -> String {
+    format!("ferrisson_client:{{{id}}}")
+}
+
+/// The client id a key of [`PATTERN`] names; `None` for a key that is not an identity's.
+fn id_of_key(key: &str) -> Option<Uuid> {
+    let id = key.strip_prefix("ferrisson_client:{")?.strip_suffix('}')?;
+    Uuid::parse_str(id).ok()
+}
+
+impl ClientBuilder {
+    /// The application name this client's identity gives (see
+    /// [`Client::clients`]), so that an operator who finds its owner name on a stuck lock
+    /// knows which service holds it. Default: the executable's file name.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .app_name("billing-worker")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn app_name(mut self, name: impl Into<String>) -> Self {
+        self.app_name = Some(name.into());
+        self
+    }
+
+    /// Whether the client records who it is in Redis: its application name, host, process id,
+    /// version and start, under `ferrisson_client:{<id>}`, kept alive by a call every second
+    /// and gone within 5 s of the client (see [`Client::clients`] and
+    /// [what it costs](crate::guide::observability#client-identities)). Off, the client writes
+    /// no such key and makes no call while it holds nothing, as before identities. Default: on.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .identity(false) // nothing but the locks themselves in Redis
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn identity(mut self, on: bool) -> Self {
+        self.identity = on;
+        self
+    }
+}
+
+/// This client's own identity, as it writes it.
+#[derive(Debug)]
+pub(crate) struct Own {
+    key: String,
+    /// What the client says of itself, as hash fields and values.
+    fields: [(&'static str, String); 4],
+    /// When the client started, server unix ms, as the first write stamped it (0 before): a
+    /// write after the key was lost keeps the client's first start, not the write's.
+    started: AtomicU64,
+    /// Whether [`Client::close`] removed the identity. Held across a beat's calls, so that a
+    /// beat that found the key gone cannot write it back after the removal.
+    removed: tokio::sync::Mutex<bool>,
+}
+
+impl Own {
+    /// The identity of client `id`; `app`: the name set on the builder, if any.
+    pub(crate) fn new(id: Uuid, app: Option<String>) -> Self {
+        let app = app.unwrap_or_else(executable_name);
+        Own {
+            key: key(id),
+            fields: [
+                ("app", app),
+                ("host", host_name()),
+                ("pid", std::process::id().to_string()),
+                ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ],
+            started: AtomicU64::new(0),
+            removed: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// Writes the identity whole, with its TTL (when the client connects, and when a beat
+    /// found it gone).
+    pub(crate) async fn write(&self, executor: &Executor) -> Result<()> {
+        let mut call = ScriptCall::new(&CLIENT_IDENTITY)
+            .key(&self.key)
+            .arg(TTL.as_millis() as u64);
+        call = match self.started.load(Ordering::Relaxed) {
+            0 => call.arg(""),
+            started => call.arg(started),
+        };
+        for (field, value) in &self.fields {
+            call = call.arg(*field).arg(value.as_str());
+        }
+        let started: String = executor.run(&call, &self.key).await?;
+        let started = started.parse().map_err(|_| {
+            Error::unexpected(format!("client_identity answered the start {started:?}"))
+        })?;
+        self.started.store(started, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The heartbeat's refresh: one `PEXPIRE`, and the whole identity again when the key is
+    /// gone (a restarted or emptied server). Nothing once the client was closed.
+    pub(crate) async fn beat(&self, executor: &Executor) -> Result<()> {
+        let removed = self.removed.lock().await;
+        if *removed {
+            return Ok(());
+        }
+        let mut pexpire = redis::cmd("PEXPIRE");
+        pexpire.arg(&self.key).arg(TTL.as_millis() as u64);
+        // Sent as a read is (again, once, on a new connection when the first dropped): a second
+        // PEXPIRE does what the first did.
+        let kept: i64 = executor.read(&pexpire, &self.key).await?;
+        if kept == 0 {
+            tracing::debug!(key = %self.key, "the client's identity was gone: writing it again");
+            self.write(executor).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the identity for good (see [`Client::close`]).
+    pub(crate) async fn remove(&self, executor: &Executor) -> Result<()> {
+        let mut removed = self.removed.lock().await;
+        *removed = true;
+        let mut del = redis::cmd("DEL");
+        del.arg(&self.key);
+        // A DEL sent twice removes what one would.
+        executor.read::<i64>(&del, &self.key).await.map(drop)
+    }
+}
+
+/// The executable's file name: what a process is called in `ps` and `top`.
+fn executable_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| {
+            let first = std::env::args_os().next()?;
+            let name = std::path::Path::new(&first).file_name()?;
+            Some(name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// The host's name, read where Linux keeps it (the kernel's, then the configured one), else
+/// from the environment (`HOSTNAME`, which shells set; `COMPUTERNAME` on Windows); empty when
+/// none says. Reading a file needs no new dependency and no `unsafe` (`gethostname(2)` would
+/// need both), and covers the hosts servers run on; elsewhere the environment usually does.
+fn host_name() -> String {
+    let from_files = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .into_iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok());
+    let from_env = ["HOSTNAME", "COMPUTERNAME"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok());
+    from_files
+        .chain(from_env)
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_default()
+}
+
+/// Who a live ferrisson client is: what it recorded under its id when it connected, read back
+/// by [`Client::clients`] or [`Client::identity_of`]. The owner names a client writes into
+/// locks are `<id>:<n>`, so the first half of a holder's owner name finds its identity.
+///
+/// A field the record lacks (written by another version, or by hand) reads as empty or 0.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+/// for who in client.clients().await? {
+///     // billing-worker on web-3 (pid 4242, ferrisson 0.1.0), up 3h12m: 0c4a...
+///     println!(
+///         "{} on {} (pid {}, ferrisson {}), up {:?}: {}",
+///         who.app, who.host, who.pid, who.version, who.age, who.id
+///     );
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientIdentity {
+    /// The client's id ([`Client::id`]): the part before the last `:` of every owner name it
+    /// writes into a lock.
+    pub id: Uuid,
+    /// The application name: [`ClientBuilder::app_name`], or else the client's executable's
+    /// file name.
+    pub app: String,
+    /// The name of the host the client runs on (empty when it could not be read).
+    pub host: String,
+    /// The client's process id on that host (0 when the record lacks it).
+    pub pid: u32,
+    /// The ferrisson version the client was built with (`0.1.0`).
+    pub version: String,
+    /// When the client connected: unix time in milliseconds, on the clock of the server that
+    /// holds the identity (the client's own clock may be off).
+    pub started_ms: u64,
+    /// How long ago the client connected: the server's `TIME` when this was read minus
+    /// [`started_ms`](Self::started_ms), so a client host's clock does not skew it.
+    pub age: Duration,
+}
+
+impl ClientIdentity {
+    /// The identity in `fields` (an `HGETALL` of `id`'s key), read when the server's clock said
+    /// `now_ms`; `None` for an empty hash (a key gone since it was listed).
+    fn of(id: Uuid, fields: HashMap<String, String>, now_ms: u64) -> Option<Self> {
+        if fields.is_empty() {
+            return None;
+        }
+        let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
+        let started_ms = fields
+            .get("started")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Some(ClientIdentity {
+            id,
+            app: text("app"),
+            host: text("host"),
+            pid: fields.get("pid").and_then(|p| p.parse().ok()).unwrap_or(0),
+            version: text("version"),
+            started_ms,
+            age: Duration::from_millis(now_ms.saturating_sub(started_ms)),
+        })
+    }
+}
+
+impl Client {
+    /// Every live ferrisson client of these servers that records its identity (see
+    /// [`ClientBuilder::identity`]): `SCAN` for `ferrisson_client:*` on the server, on a
+    /// Cluster on every master, then each identity read; ordered by start, oldest first. A
+    /// client gone for longer than 5 s is not listed (its identity's TTL), nor one that closed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermissionDenied`] for an ACL user without `+scan` (the README's rule leaves it
+    /// out: `SCAN` lists every key name of the database; see
+    /// [the ACL page](crate::guide::acl)); [`Error::Redis`] when a server does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let holder = "0c4a6f52-2f43-4d4b-9d3a-2f0e8c1b7a11";
+    /// let who = client.clients().await?;
+    /// match who.iter().find(|c| c.id.to_string() == holder) {
+    ///     Some(c) => println!("{} on {}, pid {}", c.app, c.host, c.pid),
+    ///     None => println!("{holder} is gone (or records no identity)"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn clients(&self) -> Result<Vec<ClientIdentity>> {
+        let executor = &self.inner.executor;
+        let masters = master_slots(executor).await?;
+        let lists = futures::future::try_join_all(
+            masters
+                .into_iter()
+                .map(|slot| identities_on(executor, slot)),
+        )
+        .await?;
+        let mut all: Vec<ClientIdentity> = lists.into_iter().flatten().collect();
+        all.sort_by_key(|c| (c.started_ms, c.id));
+        Ok(all)
+    }
+
+    /// The identity of client `id` (the part of an owner name before its last `:`), if that
+    /// client is alive and records one: `None` when it closed, died more than 5 s ago, or
+    /// turned identities off. One `HGETALL` and the server's `TIME`, sent together.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds something else than a hash;
+    /// [`Error::PermissionDenied`] when the ACL user may not read it; [`Error::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let me = client.identity_of(client.id()).await?.expect("identities are on");
+    /// println!("{} (pid {}), connected {:?} ago", me.app, me.pid, me.age);
+    /// # Ok(()) }
+    /// ```
+    pub async fn identity_of(&self, id: Uuid) -> Result<Option<ClientIdentity>> {
+        let executor = &self.inner.executor;
+        let key = key(id);
+        let mut hgetall = redis::cmd("HGETALL");
+        hgetall.arg(&key);
+        let read = executor.read::<HashMap<String, String>>(&hgetall, &key);
+        let now = server_ms(executor, crate::slots::key_slot(&key) as u16);
+        let (fields, now) = futures::future::join(read, now).await;
+        Ok(ClientIdentity::of(id, fields?, now?))
+    }
+}
+
+/// One slot of each master: on one server, 0 (it serves them all); on a Cluster, the first
+/// slot of every master's first range in `CLUSTER SLOTS`.
+async fn master_slots(executor: &Executor) -> Result<Vec<u16>> {
+    if !executor.target().is_cluster() {
+        return Ok(vec![0]);
+    }
+    let mut slots = redis::cmd("CLUSTER");
+    slots.arg("SLOTS");
+    let map: redis::Value = executor.read(&slots, "CLUSTER SLOTS").await?;
+    let bad = || Error::unexpected(format!("CLUSTER SLOTS answered {map:?}"));
+    let redis::Value::Array(ranges) = &map else {
+        return Err(bad());
+    };
+    let mut seen = Vec::new();
+    let mut firsts = Vec::new();
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            return Err(bad());
+        };
+        let (Some(redis::Value::Int(start)), Some(master)) = (parts.first(), parts.get(2)) else {
+            return Err(bad());
+        };
+        // The master by its node id where the reply has one, else by its address.
+        let name = match master {
+            redis::Value::Array(node) => format!("{:?}", node.get(2).or(node.first())),
+            other => format!("{other:?}"),
+        };
+        if !seen.contains(&name) {
+            seen.push(name);
+            firsts.push(u16::try_from(*start).map_err(|_| bad())?);
+        }
+    }
+    Ok(firsts)
+}
+
+/// The identities on the master that serves `slot`, aged by that master's clock.
+async fn identities_on(executor: &Executor, slot: u16) -> Result<Vec<ClientIdentity>> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(PATTERN)
+            .arg("COUNT")
+            .arg(1000);
+        let (next, found): (u64, Vec<String>) = executor
+            .read_on_slot(&scan, slot, "SCAN ferrisson_client:*")
+            .await?;
+        keys.extend(found);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    // SCAN may name a key twice (the keyspace was resized under it).
+    keys.sort_unstable();
+    keys.dedup();
+    let now = server_ms(executor, slot).await?;
+    let reads = keys
+        .iter()
+        .filter_map(|key| Some((id_of_key(key)?, key)))
+        .map(|(id, key)| async move {
+            let mut hgetall = redis::cmd("HGETALL");
+            hgetall.arg(key);
+            match executor
+                .read::<HashMap<String, String>>(&hgetall, key)
+                .await
+            {
+                Ok(fields) => Ok(ClientIdentity::of(id, fields, now)),
+                // Not an identity, whatever its name: left out.
+                Err(Error::WrongType { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+    let read = futures::future::try_join_all(reads).await?;
+    Ok(read.into_iter().flatten().collect())
+}
+
+/// The clock of the master that serves `slot` (`TIME`), in unix ms.
+async fn server_ms(executor: &Executor, slot: u16) -> Result<u64> {
+    let (secs, micros): (u64, u64) = executor
+        .read_on_slot(&redis::cmd("TIME"), slot, "TIME")
+        .await?;
+    Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_their_client() {
+        let id = Uuid::new_v4();
+        assert_eq!(id_of_key(&key(id)), Some(id));
+        assert_eq!(id_of_key("ferrisson_client:{not-a-uuid}"), None);
+        assert_eq!(id_of_key(&format!("ferrisson_client:{id}")), None);
+    }
+
+    #[test]
+    fn a_record_missing_fields_reads_as_empty() {
+        let id = Uuid::new_v4();
+        assert_eq!(ClientIdentity::of(id, HashMap::new(), 5), None);
+        let fields = HashMap::from([
+            ("app".to_owned(), "api".to_owned()),
+            ("pid".to_owned(), "x".to_owned()),
+            ("started".to_owned(), "9000".to_owned()),
+        ]);
+        let read = ClientIdentity::of(id, fields, 5000).unwrap();
+        assert_eq!((read.app.as_str(), read.host.as_str()), ("api", ""));
+        assert_eq!((read.pid, read.started_ms), (0, 9000));
+        assert_eq!(
+            read.age,
+            Duration::ZERO,
+            "a start after now is no negative age"
+        );
+    }
+
+    #[test]
+    fn the_host_and_executable_are_named() {
+        assert!(!executable_name().is_empty());
+        assert!(!host_name().is_empty());
+    }
+}
