@@ -63,10 +63,8 @@ async fn read(client: &Client, name: &str, as_kind: Option<Kind>) -> ferrisson::
 
 /// `list [PATTERN] [--json]`.
 pub(crate) async fn list(client: &Client, pattern: &str, json: bool) -> Result<Code, Failure> {
-    let (found, who) = futures::try_join!(
-        client.inspect_matching(pattern),
-        Directory::all(client)
-    )?;
+    let (found, who) =
+        futures::try_join!(client.inspect_matching(pattern), Directory::all(client))?;
     if json {
         let mut value = Value::Array(found.iter().map(to_json).collect::<Result<_, _>>()?);
         enrich(&mut value, &who);
@@ -83,8 +81,7 @@ pub(crate) async fn list(client: &Client, pattern: &str, json: bool) -> Result<C
 /// `clients [--json]`: every live client, what each holds, and the holds of clients that
 /// have no live identity (dead ones, Java ones) apart.
 pub(crate) async fn clients(client: &Client, json: bool) -> Result<Code, Failure> {
-    let (found, who) =
-        futures::try_join!(client.inspect_matching("*"), Directory::all(client))?;
+    let (found, who) = futures::try_join!(client.inspect_matching("*"), Directory::all(client))?;
     let mut by_client: BTreeMap<Option<Uuid>, Vec<(Hold, &Snapshot)>> = BTreeMap::new();
     for snapshot in &found {
         for hold in holds(snapshot) {
@@ -153,7 +150,12 @@ fn clients_text(who: &Directory, by_client: &ByClient<'_>) -> String {
              clients, or identities off):"
         );
         for (hold, snapshot) in orphans {
-            let _ = writeln!(out, "    {} holds {}", hold.owner, described(hold, snapshot));
+            let _ = writeln!(
+                out,
+                "    {} holds {}",
+                hold.owner,
+                described(hold, snapshot)
+            );
         }
     }
     out
@@ -218,8 +220,12 @@ fn clients_json(who: &Directory, by_client: &ByClient<'_>) -> Value {
 }
 
 fn to_json(snapshot: &Snapshot) -> Result<Value, Failure> {
-    serde_json::to_value(snapshot)
-        .map_err(|e| Failure::new(Code::Redis, format!("cannot write the snapshot as JSON: {e}")))
+    serde_json::to_value(snapshot).map_err(|e| {
+        Failure::new(
+            Code::Redis,
+            format!("cannot write the snapshot as JSON: {e}"),
+        )
+    })
 }
 
 fn print_json(value: &Value) -> Result<(), Failure> {

@@ -152,10 +152,7 @@ mod tests {
             "redis://ops:p%40ss%3Aw%2Frd@h:6379/2"
         );
         assert_eq!(both.apply("redis://me:own@h"), "redis://me:own@h");
-        assert_eq!(
-            login(None, Some("s")).apply("rediss://h"),
-            "rediss://:s@h"
-        );
+        assert_eq!(login(None, Some("s")).apply("rediss://h"), "rediss://:s@h");
         assert_eq!(
             both.apply("unix:///run/redis.sock"),
             "unix:///run/redis.sock?user=ops&pass=p%40ss%3Aw%2Frd"
@@ -165,7 +162,10 @@ mod tests {
 
     #[test]
     fn shown_urls_keep_passwords_out() {
-        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(
+            without_password("redis://u:secret@h:1"),
+            "redis://u:***@h:1"
+        );
         assert_eq!(without_password("redis://h:1"), "redis://h:1");
         assert_eq!(with_scheme("10.0.0.1:7000"), "redis://10.0.0.1:7000");
     }

@@ -65,7 +65,9 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
         _ => client.get_lock(name).force_unlock().await?,
     };
     if !freed {
-        print(&format!("{name} was no longer held: nothing was unlocked\n"));
+        print(&format!(
+            "{name} was no longer held: nothing was unlocked\n"
+        ));
         return Ok(Code::Held);
     }
     print(&format!(

@@ -108,7 +108,9 @@ pub(crate) fn lease(snapshot: &Snapshot) -> Option<Duration> {
     match snapshot {
         Snapshot::Lock(lock) => lock.lease,
         Snapshot::ReadWriteLock(rw) => rw.lease,
-        Snapshot::PermitExpirableSemaphore(p) => p.permits.iter().filter_map(|p| p.expires.ahead()).min(),
+        Snapshot::PermitExpirableSemaphore(p) => {
+            p.permits.iter().filter_map(|p| p.expires.ahead()).min()
+        }
         _ => None,
     }
 }

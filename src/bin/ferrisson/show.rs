@@ -23,7 +23,11 @@ pub(crate) fn snapshot(snapshot: &Snapshot, who: &Directory) -> String {
             line(&mut out, name, "semaphore (RSemaphore)");
             match s.available {
                 Some(n) => field(&mut out, "permits", format!("{n} free")),
-                None => field(&mut out, "permits", "not set (try_set_permits was never called)"),
+                None => field(
+                    &mut out,
+                    "permits",
+                    "not set (try_set_permits was never called)",
+                ),
             }
             field(&mut out, "waiting", listening(s.subscribers));
         }
@@ -54,7 +58,11 @@ pub(crate) fn snapshot(snapshot: &Snapshot, who: &Directory) -> String {
                 + a.semaphore_subscribers
                 + a.latch_subscribers;
             if listening > 0 {
-                field(&mut out, "waiting", format!("{listening} connection(s) listening"));
+                field(
+                    &mut out,
+                    "waiting",
+                    format!("{listening} connection(s) listening"),
+                );
             }
         }
         other => line(&mut out, name, &format!("{other:?}")),
@@ -112,18 +120,37 @@ fn lock(out: &mut String, lock: &LockSnapshot, who: &Directory) {
     };
     field(out, "waiting", listening(lock.subscribers) + &ferrisson);
     if !lock.queue.is_empty() {
-        field(out, "fair queue", format!("{} waiter(s), first in line first", lock.queue.len()));
+        field(
+            out,
+            "fair queue",
+            format!("{} waiter(s), first in line first", lock.queue.len()),
+        );
         for (place, w) in lock.queue.iter().enumerate() {
-            let turn = w.turn_timeout.map_or("-".to_owned(), |t| from_now(t.as_millis()));
-            let alive = w.alive_deadline.map_or("- (a Java waiter)".to_owned(), |t| {
-                let dead = if t.has_passed() { ", passed: taken for dead at the head" } else { "" };
-                format!("{}{dead}", from_now(t.as_millis()))
-            });
-            field(out, "", format!("{}. {}", place + 1, who.long(w.client, &w.owner)));
+            let turn = w
+                .turn_timeout
+                .map_or("-".to_owned(), |t| from_now(t.as_millis()));
+            let alive = w
+                .alive_deadline
+                .map_or("- (a Java waiter)".to_owned(), |t| {
+                    let dead = if t.has_passed() {
+                        ", passed: taken for dead at the head"
+                    } else {
+                        ""
+                    };
+                    format!("{}{dead}", from_now(t.as_millis()))
+                });
             field(
                 out,
                 "",
-                format!("   turn times out {turn}, must call again {alive}, {} listening", w.subscribers),
+                format!("{}. {}", place + 1, who.long(w.client, &w.owner)),
+            );
+            field(
+                out,
+                "",
+                format!(
+                    "   turn times out {turn}, must call again {alive}, {} listening",
+                    w.subscribers
+                ),
             );
         }
     }
@@ -131,7 +158,11 @@ fn lock(out: &mut String, lock: &LockSnapshot, who: &Directory) {
         field(
             out,
             "starving",
-            format!("{} for {}, served first", who.long(w.client, &w.owner), span(w.starving_for)),
+            format!(
+                "{} for {}, served first",
+                who.long(w.client, &w.owner),
+                span(w.starving_for)
+            ),
         );
     }
     revocations(out, &lock.revocations);
@@ -146,10 +177,18 @@ fn rwlock(out: &mut String, rw: &RwLockSnapshot, who: &Directory) {
         Some(RwMode::Read) => "held for reading",
         _ => "free",
     };
-    line(out, &rw.name, &format!("read-write lock (RReadWriteLock), {state}"));
+    line(
+        out,
+        &rw.name,
+        &format!("read-write lock (RReadWriteLock), {state}"),
+    );
     if let Some(w) = &rw.writer {
         field(out, "writer", who.long(w.client, &w.owner));
-        field(out, "", format!("owner {}, {} (write)", w.owner, holds(w.holds)));
+        field(
+            out,
+            "",
+            format!("owner {}, {} (write)", w.owner, holds(w.holds)),
+        );
     }
     for r in &rw.readers {
         let leases: Vec<String> = r
@@ -161,7 +200,12 @@ fn rwlock(out: &mut String, rw: &RwLockSnapshot, who: &Directory) {
         field(
             out,
             "",
-            format!("owner {}, {}, leases left {}", r.owner, holds(r.holds), leases.join(", ")),
+            format!(
+                "owner {}, {}, leases left {}",
+                r.owner,
+                holds(r.holds),
+                leases.join(", ")
+            ),
         );
     }
     field(out, "lease", lease(rw.lease, rw.mode.is_some()));
@@ -170,23 +214,43 @@ fn rwlock(out: &mut String, rw: &RwLockSnapshot, who: &Directory) {
         field(
             out,
             "writer waits",
-            format!("{}, mark expires {}", who.long(w.client, &w.owner), from_now(w.expires.as_millis())),
+            format!(
+                "{}, mark expires {}",
+                who.long(w.client, &w.owner),
+                from_now(w.expires.as_millis())
+            ),
         );
     }
     revocations(out, &rw.revocations);
 }
 
 fn permits(out: &mut String, p: &PermitSemaphoreSnapshot) {
-    line(out, &p.name, "permit-expirable semaphore (RPermitExpirableSemaphore)");
+    line(
+        out,
+        &p.name,
+        "permit-expirable semaphore (RPermitExpirableSemaphore)",
+    );
     let free = p.available.map_or("not set".to_owned(), |n| n.to_string());
-    field(out, "permits", format!("{} out, {free} free", p.permits.len()));
+    field(
+        out,
+        "permits",
+        format!("{} out, {free} free", p.permits.len()),
+    );
     for permit in &p.permits {
         let state = if permit.expires.has_passed() {
             "expired (given back by the next call)"
         } else {
             "expires"
         };
-        field(out, "", format!("{} {state} {}", permit.id, from_now(permit.expires.as_millis())));
+        field(
+            out,
+            "",
+            format!(
+                "{} {state} {}",
+                permit.id,
+                from_now(permit.expires.as_millis())
+            ),
+        );
     }
     field(out, "waiting", listening(p.subscribers));
     revocations(out, &p.revocations);

@@ -91,7 +91,9 @@ fn shrink(widths: &mut [usize; 5], width: usize) {
     let left = width.saturating_sub(fixed);
     let name = widths[0].min((left * 2 / 5).max(HEADER[0].len()));
     widths[0] = name;
-    widths[4] = widths[4].min(left.saturating_sub(name)).max(HEADER[4].len());
+    widths[4] = widths[4]
+        .min(left.saturating_sub(name))
+        .max(HEADER[4].len());
 }
 
 #[cfg(test)]
@@ -99,12 +101,21 @@ mod tests {
     use super::*;
 
     fn row(name: &str, held: &str) -> Row {
-        [name.into(), "lock".into(), "27.5s".into(), "0".into(), held.into()]
+        [
+            name.into(),
+            "lock".into(),
+            "27.5s".into(),
+            "0".into(),
+            held.into(),
+        ]
     }
 
     #[test]
     fn columns_line_up() {
-        let lines = render(&[row("orders:42", "billing@web-3:4242"), row("a", "-")], None);
+        let lines = render(
+            &[row("orders:42", "billing@web-3:4242"), row("a", "-")],
+            None,
+        );
         assert_eq!(lines[0], "NAME       KIND  LEASE  WAIT  HELD BY");
         assert_eq!(lines[1], "orders:42  lock  27.5s  0     billing@web-3:4242");
         assert_eq!(lines[2], "a          lock  27.5s  0     -");

@@ -51,9 +51,8 @@ pub(crate) async fn watch(
         read_at: clock_utc(),
         failed: None,
     };
-    let terminal = |e: std::io::Error| {
-        Failure::new(Code::Redis, format!("cannot draw on the terminal: {e}"))
-    };
+    let terminal =
+        |e: std::io::Error| Failure::new(Code::Redis, format!("cannot draw on the terminal: {e}"));
     let mut term = signal(SignalKind::terminate()).map_err(terminal)?;
     let mut hangup = signal(SignalKind::hangup()).map_err(terminal)?;
     let mut screen = Screen::enter().map_err(terminal)?;
@@ -167,7 +166,8 @@ impl View<'_> {
 
     /// The clients section: a header, then one line per live client with its holds counted.
     fn clients(&self) -> Vec<String> {
-        let mut lines = vec!["CLIENT                         VERSION  UP      HOLDS  ID".to_owned()];
+        let mut lines =
+            vec!["CLIENT                         VERSION  UP      HOLDS  ID".to_owned()];
         for c in self.who.list() {
             let held = self
                 .found

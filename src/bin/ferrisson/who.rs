@@ -27,7 +27,10 @@ impl Directory {
     /// can still `inspect`).
     pub(crate) async fn of(client: &Client, ids: &[Uuid]) -> ferrisson::Result<Self> {
         let read = futures::future::try_join_all(ids.iter().map(|id| client.identity_of(*id)));
-        Ok(Self::of_list(client, read.await?.into_iter().flatten().collect()))
+        Ok(Self::of_list(
+            client,
+            read.await?.into_iter().flatten().collect(),
+        ))
     }
 
     fn of_list(client: &Client, list: Vec<ClientIdentity>) -> Self {
