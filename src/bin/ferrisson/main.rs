@@ -47,6 +47,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<Code, Failure> {
+    if let Command::Watch { .. } = cli.command {
+        watch::needs_terminal()?;
+    }
     let client = connect::connect(&cli.server).await?;
     let outcome = match &cli.command {
         Command::Inspect { name, kind, json } => {

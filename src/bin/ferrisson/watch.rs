@@ -27,19 +27,25 @@ struct View<'a> {
     failed: Option<String>,
 }
 
+/// `watch` draws on a terminal and reads keys from one: checked before connecting.
+pub(crate) fn needs_terminal() -> Result<(), Failure> {
+    if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        Code::Usage,
+        "watch draws on a terminal, and stdin or stdout is none; `ferrisson list` prints the \
+         same table once",
+    ))
+}
+
+/// Draws until a key, a signal or a lost terminal ends it.
 pub(crate) async fn watch(
     client: &Client,
     pattern: &str,
     interval: Duration,
     server: &str,
 ) -> Result<Code, Failure> {
-    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        return Err(Failure::new(
-            Code::Usage,
-            "watch draws on a terminal, and stdin or stdout is none; `ferrisson list` prints \
-             the same table once",
-        ));
-    }
     // The first read before the screen is taken: a server refusing it is an ordinary failure.
     let (found, who) = read(client, pattern).await?;
     let mut view = View {
