@@ -296,6 +296,23 @@ async fn clients_lists_who_is_alive_and_what_each_holds() {
         .lock()
         .await
         .unwrap();
+    // reports waits in billing's fair queue.
+    let first = billing.get_fair_lock("print").lock().await.unwrap();
+    let queued = reports.get_fair_lock("print");
+    let in_line = tokio::spawn(async move { queued.lock().await.unwrap().unlock().await });
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            billing
+                .get_fair_lock("print")
+                .snapshot()
+                .await
+                .unwrap()
+                .queue
+                .len()
+                == 1
+        })
+        .await
+    );
     // A hold of a client that is gone: a lock hash by hand, for a client id nobody records.
     let ghost = "0c4a6f52-2f43-4d4b-9d3a-2f0e8c1b7a11";
     let mut raw = server.raw().await;
@@ -314,6 +331,8 @@ async fn clients_lists_who_is_alive_and_what_each_holds() {
     assert_eq!(find("billing")["holds"][0]["name"], "invoices");
     assert_eq!(find("reports")["holds"][0]["name"], "ledger");
     assert_eq!(find("reports")["holds"][0]["side"], "write");
+    assert_eq!(find("reports")["waits"][0]["name"], "print");
+    assert_eq!(find("reports")["waits"][0]["how"], "in line, 1 of 1");
     assert_eq!(find("ferrisson-cli")["this"], true);
     assert_eq!(listed["unknown_holders"][0]["client"], ghost);
     assert_eq!(listed["unknown_holders"][0]["name"], "stale");
@@ -338,6 +357,8 @@ async fn clients_lists_who_is_alive_and_what_each_holds() {
     assert!(text.contains("ferrisson-cli (this)"), "{text}");
     a.unlock().await.unwrap();
     b.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    in_line.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

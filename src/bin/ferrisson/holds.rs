@@ -47,20 +47,54 @@ pub(crate) fn holds(snapshot: &Snapshot) -> Vec<Hold> {
     }
 }
 
+/// One owner waiting for an object, where the layout names it: a place in a fair queue, a
+/// starving waiter, a waiting writer's mark. A plain lock's other waiters only listen on its
+/// channel: counted ([`waiting`]), not named.
+#[derive(Debug, Clone)]
+pub(crate) struct Wait {
+    pub(crate) object: String,
+    pub(crate) owner: String,
+    pub(crate) client: Option<Uuid>,
+    /// `in line, 1 of 2`, `starving for 3.0s`, `to write`.
+    pub(crate) how: String,
+}
+
+/// Every named waiter of `snapshot`.
+pub(crate) fn waits(snapshot: &Snapshot) -> Vec<Wait> {
+    let object = snapshot.name().to_owned();
+    let wait = |owner: &str, client, how| Wait {
+        object: object.clone(),
+        owner: owner.to_owned(),
+        client,
+        how,
+    };
+    match snapshot {
+        Snapshot::Lock(lock) => {
+            let line = lock.queue.iter().enumerate().map(|(place, w)| {
+                let how = format!("in line, {} of {}", place + 1, lock.queue.len());
+                wait(&w.owner, w.client, how)
+            });
+            let starving = lock.starving.iter().map(|w| {
+                let how = format!("starving for {}", crate::text::span(w.starving_for));
+                wait(&w.owner, w.client, how)
+            });
+            line.chain(starving).collect()
+        }
+        Snapshot::ReadWriteLock(rw) => rw
+            .waiting_writers
+            .iter()
+            .map(|w| wait(&w.owner, w.client, "to write".to_owned()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Every client `snapshot` names: holders, readers, writer, queued, starving and waiting
 /// writers.
 pub(crate) fn parties(snapshot: &Snapshot) -> Vec<Uuid> {
-    let mut ids: Vec<Uuid> = holds(snapshot).iter().filter_map(|h| h.client).collect();
-    match snapshot {
-        Snapshot::Lock(lock) => {
-            ids.extend(lock.queue.iter().filter_map(|w| w.client));
-            ids.extend(lock.starving.iter().filter_map(|w| w.client));
-        }
-        Snapshot::ReadWriteLock(rw) => {
-            ids.extend(rw.waiting_writers.iter().filter_map(|w| w.client));
-        }
-        _ => {}
-    }
+    let held = holds(snapshot).into_iter().filter_map(|h| h.client);
+    let waiting = waits(snapshot).into_iter().filter_map(|w| w.client);
+    let mut ids: Vec<Uuid> = held.chain(waiting).collect();
     ids.sort_unstable();
     ids.dedup();
     ids

@@ -4,6 +4,7 @@
 //! ferrisson" page, and `ferrisson --help` for the exit codes.
 
 mod args;
+mod clients;
 mod commands;
 mod connect;
 mod fail;
@@ -56,7 +57,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             commands::inspect(&client, name, *kind, *json).await
         }
         Command::List { pattern, json } => commands::list(&client, pattern, *json).await,
-        Command::Clients { json } => commands::clients(&client, *json).await,
+        Command::Clients { json } => clients::clients(&client, *json).await,
         Command::Watch { pattern, interval } => {
             let server = connect::shown(&cli.server);
             watch::watch(&client, pattern, *interval, &server).await

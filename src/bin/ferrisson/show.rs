@@ -118,7 +118,10 @@ fn lock(out: &mut String, lock: &LockSnapshot, who: &Directory) {
         0 => String::new(),
         _ => format!(", {} of them ferrisson", lock.ferrisson_subscribers),
     };
-    field(out, "waiting", listening(lock.subscribers) + &ferrisson);
+    // Fair waiters listen on channels of their own: the queue below says who waits.
+    if lock.queue.is_empty() || lock.subscribers > 0 {
+        field(out, "waiting", listening(lock.subscribers) + &ferrisson);
+    }
     if !lock.queue.is_empty() {
         field(
             out,
