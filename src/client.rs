@@ -192,61 +192,6 @@ impl Client {
         crate::inspect::any(&self.inner, name).await
     }
 
-    /// Every object whose name matches `pattern`, each [inspected](Self::inspect), in name
-    /// order: what an operator's `list` shows. `pattern` is a glob with `SCAN … MATCH`'s
-    /// syntax (`*`, `?`, `[a-z]`, `\` escapes), matched against object names; `"*"` lists
-    /// everything.
-    ///
-    /// How: `SCAN … MATCH *<pattern>* COUNT 1000` on the server (on a Cluster on every master,
-    /// on Sentinel on the master), each key mapped back to the name of the object it belongs to
-    /// (the object's own key, and every auxiliary key of the [layout](crate::guide::layout): a
-    /// fair queue and its timeouts, starving waiters, revocation requests, a fenced lock's name
-    /// counter, a permit semaphore's `{name}:timeout`, read holds' timeouts, writers' marks),
-    /// then one inspection per name, a few dozen in flight. Client identities
-    /// (`ferrisson_client:*`) and the slots' token counters are no objects, and are skipped.
-    /// A `SCAN` walks the whole keyspace in steps, whatever the pattern: on a large database
-    /// it takes a while, though no step blocks the server for long.
-    ///
-    /// Not every key is one of ferrisson's: a key whose type no object uses (a list, a set), a
-    /// hash whose values are not hold counts, or a string that is not an integer is left out,
-    /// but any integer string looks like a semaphore's or a latch's count (and a hash of
-    /// counts like a lock), so an application's own counters show up too; a `pattern` that
-    /// matches only the lock names (`"locks:*"`) keeps them out, and costs less. An object gone
-    /// between the scan and its inspection is left out, and one written meanwhile may be
-    /// missed (`SCAN`'s guarantee: what exists throughout is found). A name that is one hash tag
-    /// whole (`{t}`) derives the same keys as `t`, and a name shaped like a derived key
-    /// (`{x}:timeout`) is taken for one.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::PermissionDenied`](crate::Error::PermissionDenied) for an ACL user without
-    /// `+scan` (the README's rule leaves it out; see [the ACL page](crate::guide::acl)), or
-    /// without the right to read a key it found; [`Error::Redis`](crate::Error::Redis) when a
-    /// server does not answer.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (it only reads).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
-    /// use ferrisson::inspect::Snapshot;
-    ///
-    /// for snapshot in client.inspect_matching("orders:*").await? {
-    ///     if let Snapshot::Lock(lock) = &snapshot {
-    ///         if lock.is_held() {
-    ///             println!("{} held, lease {:?} left", lock.name, lock.lease);
-    ///         }
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect_matching(&self, pattern: &str) -> Result<Vec<crate::inspect::Snapshot>> {
-        crate::inspect::matching(&self.inner, pattern).await
-    }
-
     /// A handle on the fair lock `name`: granted in the order the waiters asked, each
     /// acquisition a waiter of its own. See [`RFairLock`].
     ///

@@ -47,7 +47,6 @@ use crate::error::{Error, Result};
 use crate::script::{INSPECT, ScriptCall};
 use crate::{names, slots};
 use reply::Items;
-pub(crate) use scan::matching;
 
 /// What [`Client::inspect`](crate::Client::inspect) found under a name: one variant per kind of
 /// object, the kind read from the keys (see each variant for how).

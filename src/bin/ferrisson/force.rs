@@ -23,10 +23,10 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
             return Err(Failure::new(
                 Code::WrongKind,
                 format!(
-                    "{name} is a {}, not a lock: force-unlock frees locks and read-write locks \
+                    "{name} is {}, not a lock: force-unlock frees locks and read-write locks \
                      only (a permit-expirable semaphore's permits come back when their lease \
                      ends; `ferrisson inspect {name}` shows it)",
-                    crate::holds::kind(other)
+                    noun(other)
                 ),
             ));
         }
@@ -75,6 +75,17 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
          second (their client's heartbeat)\n"
     ));
     Ok(Code::Done)
+}
+
+/// What a snapshot that is no lock is, in words.
+fn noun(snapshot: &Snapshot) -> &'static str {
+    match snapshot {
+        Snapshot::Semaphore(_) => "a semaphore",
+        Snapshot::PermitExpirableSemaphore(_) => "a permit-expirable semaphore",
+        Snapshot::CountDownLatch(_) => "a count-down latch",
+        Snapshot::Count(_) => "a count (a semaphore's or a latch's)",
+        _ => "another kind of object",
+    }
 }
 
 /// Asks on the terminal; a refusal, or no terminal to ask on, is exit code 5.

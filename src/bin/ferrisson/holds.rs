@@ -15,33 +15,38 @@ pub(crate) struct Hold {
     /// `read` or `write` on a read-write lock, empty otherwise.
     pub(crate) side: &'static str,
     pub(crate) holds: u32,
+    /// The lease left of this hold: a reader's own (its longest read hold's), else the
+    /// object's.
+    pub(crate) lease: Option<Duration>,
 }
 
 /// Every hold of `snapshot`, writer before readers.
 pub(crate) fn holds(snapshot: &Snapshot) -> Vec<Hold> {
     let object = snapshot.name().to_owned();
-    let hold = |owner: &str, client, side, holds| Hold {
+    let hold = |owner: &str, client, side, holds, lease| Hold {
         object: object.clone(),
         owner: owner.to_owned(),
         client,
         side,
         holds,
+        lease,
     };
     match snapshot {
         Snapshot::Lock(lock) => lock
             .holders
             .iter()
-            .map(|h| hold(&h.owner, h.client, "", h.holds))
+            .map(|h| hold(&h.owner, h.client, "", h.holds, lock.lease))
             .collect(),
         Snapshot::ReadWriteLock(rw) => rw
             .writer
             .iter()
-            .map(|w| hold(&w.owner, w.client, "write", w.holds))
-            .chain(
-                rw.readers
-                    .iter()
-                    .map(|r| hold(&r.owner, r.client, "read", r.holds)),
-            )
+            .map(|w| hold(&w.owner, w.client, "write", w.holds, rw.lease))
+            .chain(rw.readers.iter().map(|r| {
+                // The hash's lease lasts as long as the longest reader's: a dead reader's
+                // own runs out sooner.
+                let own = r.leases.iter().flatten().max().copied();
+                hold(&r.owner, r.client, "read", r.holds, own)
+            }))
             .collect(),
         _ => Vec::new(),
     }
