@@ -206,7 +206,10 @@ fn host_name() -> String {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// With the `serde` feature it is `serde::Serialize`, its age as `age_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct ClientIdentity {
     /// The client's id ([`Client::id`]): the part before the last `:` of every owner name it
@@ -226,6 +229,10 @@ pub struct ClientIdentity {
     pub started_ms: u64,
     /// How long ago the client connected: the server's `TIME` when this was read minus
     /// [`started_ms`](Self::started_ms), so a client host's clock does not skew it.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "age_ms", serialize_with = "crate::inspect::ser::millis")
+    )]
     pub age: Duration,
 }
 

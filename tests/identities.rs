@@ -334,6 +334,60 @@ async fn on_a_cluster_every_master_is_searched() {
     assert!(!off.clients().await.unwrap().iter().any(|c| c.id == id));
 }
 
+/// On a cluster too a killed client (no `close`, no last beat) vanishes within its TTL, from
+/// `clients()` searching every master and from `identity_of` on its own key's master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_client_vanishes_within_its_ttl() {
+    let cluster = RedisCluster::start().await;
+    let url = format!("cluster={}", cluster.seed_urls().join("+"));
+    let mut holder = HolderProcess::spawn_url(&url, "cluster-held-by-the-dead", 30_000, "identity");
+    let line = holder.line(Duration::from_secs(10)).await;
+    let id: uuid::Uuid = line.strip_prefix("ID ").unwrap().parse().unwrap();
+    holder.locked(Duration::from_secs(10)).await;
+    let observer = Client::builder()
+        .cluster(cluster.seed_urls())
+        .app_name("observer")
+        .build()
+        .await
+        .unwrap();
+    let who = observer
+        .identity_of(id)
+        .await
+        .unwrap()
+        .expect("the holder's identity");
+    assert_eq!(Some(who.pid), holder.pid());
+    assert!(observer.clients().await.unwrap().iter().any(|c| c.id == id));
+    let snapshot = observer
+        .get_lock("cluster-held-by-the-dead")
+        .snapshot()
+        .await
+        .unwrap();
+    assert_eq!(
+        snapshot.holders[0].client,
+        Some(id),
+        "the owner leads to the identity"
+    );
+
+    holder.kill().await;
+    let killed = Instant::now();
+    let gone = eventually(TTL + SLACK, || async {
+        observer.identity_of(id).await.unwrap().is_none()
+            && !observer.clients().await.unwrap().iter().any(|c| c.id == id)
+    })
+    .await;
+    assert!(gone, "still listed {:?} after the kill", killed.elapsed());
+    eprintln!("gone {:?} after the kill", killed.elapsed());
+    // The observer itself is still listed: only the dead one went.
+    assert!(
+        observer
+            .clients()
+            .await
+            .unwrap()
+            .iter()
+            .any(|c| c.id == observer.id())
+    );
+}
+
 /// The blocking client: the same settings and readers, on a plain thread.
 #[test]
 fn the_blocking_client_records_and_reads_identities() {

@@ -227,6 +227,25 @@ impl RLock {
         self.blocker.call(self.lock.is_locked())
     }
 
+    /// What Redis holds for this lock now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RLock::snapshot`](crate::RLock::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RLock::snapshot`](crate::RLock::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RLock) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Result<crate::inspect::LockSnapshot> {
+        self.blocker.call(self.lock.snapshot())
+    }
+
     /// Whether the hold whose scope the calling thread runs in (inside
     /// [`with_lock`](Self::with_lock)'s closure or a guard's [`scope`](LockGuard::scope), of
     /// this lock) still holds it; `false` outside any scope. Redisson's

@@ -110,6 +110,25 @@ impl RPermitExpirableSemaphore {
         self.blocker.call(self.semaphore.available_permits())
     }
 
+    /// What Redis holds for this semaphore now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RPermitExpirableSemaphore::snapshot`](crate::RPermitExpirableSemaphore::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RPermitExpirableSemaphore::snapshot`](crate::RPermitExpirableSemaphore::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RPermitExpirableSemaphore) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Result<crate::inspect::PermitSemaphoreSnapshot> {
+        self.blocker.call(self.semaphore.snapshot())
+    }
+
     /// Blocks until a permit is free and takes it; the watchdog renews its lease while the
     /// guard lives.
     ///

@@ -23,6 +23,7 @@ use crate::lock::RwPolicy;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RReadWriteLock {
+    lock: crate::RReadWriteLock,
     read: RLock,
     write: RLock,
     policy: RwPolicy,
@@ -34,6 +35,7 @@ impl RReadWriteLock {
             read: RLock::wrap(lock.read_lock()),
             write: RLock::wrap(lock.write_lock()),
             policy: lock.policy(),
+            lock,
         }
     }
 
@@ -93,5 +95,24 @@ impl RReadWriteLock {
     /// ```
     pub fn write_lock(&self) -> RLock {
         self.write.clone()
+    }
+
+    /// What Redis holds for this read-write lock now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RReadWriteLock::snapshot`](crate::RReadWriteLock::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RReadWriteLock::snapshot`](crate::RReadWriteLock::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RReadWriteLock) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> crate::Result<crate::inspect::RwLockSnapshot> {
+        self.read.blocker().call(self.lock.snapshot())
     }
 }

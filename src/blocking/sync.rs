@@ -143,6 +143,25 @@ impl RMutex {
         self.blocker.call(self.mutex.is_locked())
     }
 
+    /// What Redis holds for this mutex now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RMutex::snapshot`](crate::RMutex::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RMutex::snapshot`](crate::RMutex::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RMutex) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Result<crate::inspect::LockSnapshot> {
+        self.blocker.call(self.mutex.snapshot())
+    }
+
     /// Frees the mutex whoever holds it; returns whether it was held.
     ///
     /// # Errors
@@ -271,6 +290,25 @@ impl RCountDownLatch {
     /// ```
     pub fn get_count(&self) -> Result<u64> {
         self.blocker.call(self.latch.get_count())
+    }
+
+    /// What Redis holds for this latch now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RCountDownLatch::snapshot`](crate::RCountDownLatch::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RCountDownLatch::snapshot`](crate::RCountDownLatch::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RCountDownLatch) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Result<crate::inspect::LatchSnapshot> {
+        self.blocker.call(self.latch.snapshot())
     }
 
     /// Deletes the latch, which opens it; returns whether it was set.
@@ -418,6 +456,25 @@ impl RSemaphore {
     /// ```
     pub fn available_permits(&self) -> Result<i64> {
         self.blocker.call(self.semaphore.available_permits())
+    }
+
+    /// What Redis holds for this semaphore now, read in one round trip that changes nothing: the
+    /// blocking twin of [`RSemaphore::snapshot`](crate::RSemaphore::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime), and as
+    /// [`RSemaphore::snapshot`](crate::RSemaphore::snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(x: ferrisson::blocking::RSemaphore) -> ferrisson::Result<()> {
+    /// println!("{:?}", x.snapshot()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn snapshot(&self) -> Result<crate::inspect::SemaphoreSnapshot> {
+        self.blocker.call(self.semaphore.snapshot())
     }
 
     /// Takes every free permit and returns how many that was.

@@ -253,14 +253,14 @@ impl fmt::Display for FromNow {
 
 /// Durations as integer milliseconds in serialized snapshots.
 #[cfg(feature = "serde")]
-mod ser {
+pub(crate) mod ser {
     use std::time::Duration;
 
     fn ms(d: &Duration) -> u64 {
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub(super) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(ms(d))
     }
 

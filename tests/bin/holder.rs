@@ -6,8 +6,8 @@
 //! a comma-separated list, one per instance; `permit` takes one permit of the permit-expirable
 //! semaphore `<lock-name>` instead. Prints `LOCKED <token>` once it holds the lock; a fair
 //! waiter is queued while it waits, and a `prefer-write` waiter (the write side with
-//! `RwPolicy::PreferWriters`) keeps its writer mark, living `<ms>`, while it waits. The
-//! revocable kinds take a lock (`revocable`, `revocable-unheard`) or a permit
+//! `RwPolicy::PreferWriters`) keeps its writer mark, living `<ms>`, while it waits. A
+//! `<redis-url>` of `cluster=<seed>+<seed>…` connects to a Redis Cluster. The revocable kinds take a lock (`revocable`, `revocable-unheard`) or a permit
 //! (`permit-revocable`), print `REVOKED` once a revocation is requested, release, and exit:
 //! `revocable-unheard` never listens for the request's message and learns of it from its
 //! watchdog's renewals only. `exit-holding` takes the lock and returns from `main` with the
@@ -46,8 +46,12 @@ async fn main() {
     }
     let mut clients = Vec::new();
     for url in urls.split(',') {
-        let client = ferrisson::Client::builder()
-            .url(url)
+        // `cluster=<seed>+<seed>…`: one client of a Redis Cluster.
+        let builder = match url.strip_prefix("cluster=") {
+            Some(seeds) => ferrisson::Client::builder().cluster(seeds.split('+')),
+            None => ferrisson::Client::builder().url(url),
+        };
+        let client = builder
             .watchdog_timeout(Duration::from_millis(ms))
             .fair_lock_queue_timeout(Duration::from_millis(ms))
             .build()
