@@ -21,6 +21,9 @@ pub(crate) enum Code {
 }
 
 impl Code {
+    /// `force-unlock`: nothing was held (the code `inspect` gives a held object).
+    pub(crate) const NOTHING_HELD: Code = Code::Held;
+
     pub(crate) fn exit(self) -> std::process::ExitCode {
         std::process::ExitCode::from(self as u8)
     }

@@ -17,7 +17,7 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
         Snapshot::ReadWriteLock(rw) if rw.mode.is_some() => ("read-write lock", rw.lease),
         Snapshot::Lock(_) | Snapshot::ReadWriteLock(_) | Snapshot::Absent(_) => {
             print(&format!("{name} is not held: nothing to unlock\n"));
-            return Ok(Code::Held);
+            return Ok(Code::NOTHING_HELD);
         }
         other => {
             return Err(Failure::new(
@@ -68,7 +68,7 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
         print(&format!(
             "{name} was no longer held: nothing was unlocked\n"
         ));
-        return Ok(Code::Held);
+        return Ok(Code::NOTHING_HELD);
     }
     print(&format!(
         "force-unlocked {held_by}\nits holders' guards report the hold lost within about a \

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use ferrisson::{Client, ClientIdentity};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::text::span;
@@ -89,17 +89,10 @@ impl Directory {
     }
 }
 
-/// An identity as JSON (durations in milliseconds, as the snapshots have them).
+/// An identity as JSON: the library's own serialization (durations in milliseconds, as the
+/// snapshots have them).
 pub(crate) fn identity_json(c: &ClientIdentity) -> Value {
-    json!({
-        "id": c.id.to_string(),
-        "app": c.app,
-        "host": c.host,
-        "pid": c.pid,
-        "version": c.version,
-        "started_ms": c.started_ms,
-        "age_ms": u64::try_from(c.age.as_millis()).unwrap_or(u64::MAX),
-    })
+    serde_json::to_value(c).unwrap_or(Value::Null)
 }
 
 /// Adds `"identity": {...}` beside every `"client"` id of `value` whose identity is known, at
