@@ -13,7 +13,8 @@
 //! | [`semaphores`] | `RSemaphore` and `RPermitExpirableSemaphore` |
 //! | [`latch`] | `RCountDownLatch` |
 //! | [`revocation`] | asking a holder to let go |
-//! | [`inspect`] | who holds it, who waits: snapshots of every object, for operators |
+//! | [`inspect`] | who holds it, who waits: snapshots of every object, listing by pattern, for operators |
+//! | [`operating`] | the `ferrisson` command-line tool: find a stuck lock, see who holds it, decide, force it |
 //! | [`topologies`] | one server, Cluster, Sentinel; the failover window and `sync_replicas` |
 //! | [`multilock`] | `MultiLock` and `RedLock` |
 //! | [`layout`] | every key and channel in Redis, shared with Redisson 3.x |
@@ -51,6 +52,9 @@ pub mod revocation {}
 
 #[doc = include_str!("../docs/inspect.md")]
 pub mod inspect {}
+
+#[doc = include_str!("../docs/operating.md")]
+pub mod operating {}
 
 #[doc = include_str!("../docs/topologies.md")]
 pub mod topologies {}

@@ -153,6 +153,42 @@ impl Client {
         self.blocker.call(self.client.identity_of(id))
     }
 
+    /// What Redis holds under `name`, whatever kind of object it is, blocking the calling
+    /// thread. See [`ferrisson::Client::inspect`](crate::Client::inspect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::inspect::Snapshot;
+    ///
+    /// if let Snapshot::Lock(lock) = client.inspect("orders:42")? {
+    ///     println!("{} holder(s), lease {:?}", lock.holders.len(), lock.lease);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn inspect(&self, name: &str) -> Result<crate::inspect::Snapshot> {
+        self.blocker.call(self.client.inspect(name))
+    }
+
+    /// Every object whose name matches `pattern`, each inspected, in name order, blocking the
+    /// calling thread. See
+    /// [`ferrisson::Client::inspect_matching`](crate::Client::inspect_matching) for how the
+    /// names are found, and what else a pattern of `"*"` may list.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: ferrisson::blocking::Client) -> ferrisson::Result<()> {
+    /// for snapshot in client.inspect_matching("orders:*")? {
+    ///     println!("{}", snapshot.name());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn inspect_matching(&self, pattern: &str) -> Result<Vec<crate::inspect::Snapshot>> {
+        self.blocker.call(self.client.inspect_matching(pattern))
+    }
+
     /// A handle on the reentrant lock `name`: each acquisition is an owner of its own, and only
     /// one nested in a hold's scope is reentrant. See [`RLock`].
     ///

@@ -8,7 +8,8 @@
 //! [`RCountDownLatch::snapshot`](crate::RCountDownLatch::snapshot),
 //! [`RMutex::snapshot`](crate::RMutex::snapshot)), and
 //! [`Client::inspect`](crate::Client::inspect) reads a name whose kind is not known, finding
-//! the kind from the keys. One script (`lua/inspect.lua`) reads every key of the object and the
+//! the kind from the keys, and [`Client::inspect_matching`](crate::Client::inspect_matching)
+//! lists every object whose name matches a pattern. One script (`lua/inspect.lua`) reads every key of the object and the
 //! server's clock together, so the snapshot is of one moment, and every time in it is measured
 //! by the server's clock, never the client's. See the guide's [inspection
 //! page](crate::guide::inspect).
@@ -22,9 +23,11 @@
 //! `object` field.
 
 mod counts;
+mod keys;
 mod lock;
 mod reply;
 mod rwlock;
+mod scan;
 
 use std::fmt;
 use std::time::Duration;

@@ -1,0 +1,118 @@
+//! Who a client id is: the identities live clients record (`Client::clients`,
+//! `Client::identity_of`), shown short (`app@host:pid`) or long, and added to JSON output.
+
+use std::collections::HashMap;
+
+use ferrisson::{Client, ClientIdentity};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::text::span;
+
+/// The identities known for this command, by client id.
+#[derive(Debug, Default)]
+pub(crate) struct Directory {
+    by_id: HashMap<Uuid, ClientIdentity>,
+    /// This tool's own client, marked as such.
+    own: Option<Uuid>,
+}
+
+impl Directory {
+    /// Every live client's identity (a `SCAN` of every master).
+    pub(crate) async fn all(client: &Client) -> ferrisson::Result<Self> {
+        Ok(Self::of_list(client, client.clients().await?))
+    }
+
+    /// The identities of `ids` only, one read each (no `SCAN`: an ACL user without `+scan`
+    /// can still `inspect`).
+    pub(crate) async fn of(client: &Client, ids: &[Uuid]) -> ferrisson::Result<Self> {
+        let read = futures::future::try_join_all(ids.iter().map(|id| client.identity_of(*id)));
+        Ok(Self::of_list(
+            client,
+            read.await?.into_iter().flatten().collect(),
+        ))
+    }
+
+    fn of_list(client: &Client, list: Vec<ClientIdentity>) -> Self {
+        Directory {
+            by_id: list.into_iter().map(|c| (c.id, c)).collect(),
+            own: Some(client.id()),
+        }
+    }
+
+    /// The identities, oldest client first.
+    pub(crate) fn list(&self) -> Vec<&ClientIdentity> {
+        let mut all: Vec<&ClientIdentity> = self.by_id.values().collect();
+        all.sort_by_key(|c| (c.started_ms, c.id));
+        all
+    }
+
+    pub(crate) fn get(&self, id: Uuid) -> Option<&ClientIdentity> {
+        self.by_id.get(&id)
+    }
+
+    pub(crate) fn is_own(&self, id: Uuid) -> bool {
+        self.own == Some(id)
+    }
+
+    /// `app@host:pid`; `?1b4e28ba` for a client without a live identity; the owner itself when
+    /// it names no client.
+    pub(crate) fn short(&self, client: Option<Uuid>, owner: &str) -> String {
+        match client {
+            Some(id) => match self.get(id) {
+                Some(c) => format!("{}@{}:{}", c.app, c.host, c.pid),
+                None => format!("?{}", &id.simple().to_string()[..8]),
+            },
+            None => owner.to_owned(),
+        }
+    }
+
+    /// `billing@web-3 pid 4242, client 1b4e…, up 3m12s`, or why there is no identity.
+    pub(crate) fn long(&self, client: Option<Uuid>, owner: &str) -> String {
+        match client {
+            Some(id) => match self.get(id) {
+                Some(c) => format!(
+                    "{}@{} pid {} (client {id}, ferrisson {}, up {})",
+                    c.app,
+                    c.host,
+                    c.pid,
+                    c.version,
+                    span(c.age)
+                ),
+                None => format!(
+                    "client {id}, no live identity (gone for more than 5 s, a Java Redisson \
+                     client, or identities off)"
+                ),
+            },
+            None => format!("owner `{owner}`, which names no client id"),
+        }
+    }
+}
+
+/// An identity as JSON: the library's own serialization (durations in milliseconds, as the
+/// snapshots have them).
+pub(crate) fn identity_json(c: &ClientIdentity) -> Value {
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+/// Adds `"identity": {...}` beside every `"client"` id of `value` whose identity is known, at
+/// any depth (holders, readers, the writer, queued and starving waiters).
+pub(crate) fn enrich(value: &mut Value, directory: &Directory) {
+    match value {
+        Value::Object(fields) => {
+            let known = fields
+                .get("client")
+                .and_then(Value::as_str)
+                .and_then(|id| Uuid::try_parse(id).ok())
+                .and_then(|id| directory.get(id));
+            if let Some(identity) = known {
+                fields.insert("identity".into(), identity_json(identity));
+            }
+            for (_, field) in fields.iter_mut() {
+                enrich(field, directory);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| enrich(v, directory)),
+        _ => {}
+    }
+}

@@ -1,0 +1,160 @@
+//! Listing: every object whose name matches a pattern, found by `SCAN` on every master and
+//! each inspected: [`Client::inspect_matching`].
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::Snapshot;
+use super::keys::{Glob, names, object_of};
+use crate::Client;
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::script::Executor;
+
+/// Keys asked per `SCAN` call: a few hundred microseconds of the server's time each.
+const SCAN_COUNT: u32 = 1000;
+
+/// Inspections in flight at once: enough to keep the connection busy, few enough that a
+/// keyspace of many objects does not queue them all at once.
+const IN_FLIGHT: usize = 32;
+
+impl Client {
+    /// Every object whose name matches `pattern` (a glob as `SCAN … MATCH` takes it: `*`, `?`,
+    /// `[a-z]`; `"*"` for all), each [inspected](Self::inspect), in name order: `SCAN` on
+    /// every master, each key mapped back to its object's name (auxiliary keys such as a fair
+    /// queue too), identities skipped. See [listing](crate::guide::inspect#listing-by-pattern)
+    /// for how, and what it costs.
+    ///
+    /// Keys of other types, and strings or hashes that hold no counts, are left out; but any
+    /// integer string looks like a semaphore's or latch's count, so an application's own
+    /// counters are listed too: a `pattern` that matches only lock names (`"locks:*"`) keeps
+    /// them out, and makes the scan send less.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermissionDenied`](crate::Error::PermissionDenied) for an ACL user without
+    /// `+scan` (the README's rule leaves it out); [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (it only reads).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// use ferrisson::inspect::Snapshot;
+    ///
+    /// for snapshot in client.inspect_matching("orders:*").await? {
+    ///     if let Snapshot::Lock(lock) = &snapshot && lock.is_held() {
+    ///         println!("{} held, lease {:?} left", lock.name, lock.lease);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect_matching(&self, pattern: &str) -> Result<Vec<Snapshot>> {
+        matching(&self.inner, pattern).await
+    }
+}
+
+/// Every object whose name matches `pattern`, inspected, in name order.
+async fn matching(core: &Core, pattern: &str) -> Result<Vec<Snapshot>> {
+    let glob = Glob::new(pattern);
+    // A derived key holds its object's name whole (`prefix:{name}`, `{name}:suffix`), so a key
+    // of an object whose name matches the pattern matches `*<pattern>*`: the server filters by
+    // that, and the names are checked against the pattern itself here.
+    let wide = if glob.is_everything() {
+        "*".to_owned()
+    } else {
+        format!("*{pattern}*")
+    };
+    let executor = &core.executor;
+    let keys = futures::future::try_join_all(
+        master_slots(executor)
+            .await?
+            .into_iter()
+            .map(|slot| keys_on(executor, slot, &wide)),
+    )
+    .await?;
+    let found = keys.into_iter().flatten().filter_map(|k| object_of(&k));
+    let wanted: Vec<String> = names(found.collect())
+        .into_iter()
+        .filter(|name| glob.matches(name))
+        .collect();
+    let read: Vec<Option<Snapshot>> = futures::stream::iter(wanted)
+        .map(|name| async move { inspect(core, &name).await })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(read.into_iter().flatten().collect())
+}
+
+/// The snapshot of `name`; `None` when it is gone since the scan, or is no object of the
+/// family (another type, a hash that is no lock, a key that is no valid name).
+async fn inspect(core: &Core, name: &str) -> Result<Option<Snapshot>> {
+    match super::any(core, name).await {
+        Ok(Snapshot::Absent(_)) => Ok(None),
+        Ok(snapshot) => Ok(Some(snapshot)),
+        Err(
+            e @ (Error::WrongType { .. } | Error::UnexpectedReply(_) | Error::InvalidArgument(_)),
+        ) => {
+            tracing::debug!(name, error = %e, "listing: not an object of the lock family");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Every key matching `pattern` on the master that serves `slot` (key names that are not
+/// UTF-8 are no object names, and are left out).
+async fn keys_on(executor: &Executor, slot: u16, pattern: &str) -> Result<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let (next, found): (u64, Vec<Vec<u8>>) = executor
+            .read_on_slot(&scan, slot, &format!("SCAN MATCH {pattern}"))
+            .await?;
+        keys.extend(found.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// One slot served by each master: 0 on one server (a Sentinel's master included), on a
+/// Cluster the first slot of each master's first range in `CLUSTER SLOTS`.
+async fn master_slots(executor: &Executor) -> Result<Vec<u16>> {
+    use redis::Value;
+    if !executor.target().is_cluster() {
+        return Ok(vec![0]);
+    }
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let reply: Value = executor.read(&cmd, "CLUSTER SLOTS").await?;
+    let odd = || Error::unexpected(format!("CLUSTER SLOTS answered {reply:?}"));
+    let Value::Array(ranges) = &reply else {
+        return Err(odd());
+    };
+    let mut masters: Vec<(&Value, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return Err(odd());
+        };
+        // [first slot, last slot, [ip, port, node id, ...] of the master, replicas...]
+        let (Some(Value::Int(first)), Some(Value::Array(master))) = (fields.first(), fields.get(2))
+        else {
+            return Err(odd());
+        };
+        let node = master.get(2).or(master.first()).ok_or_else(odd)?;
+        if !masters.iter().any(|(seen, _)| *seen == node) {
+            masters.push((node, u16::try_from(*first).map_err(|_| odd())?));
+        }
+    }
+    Ok(masters.into_iter().map(|(_, slot)| slot).collect())
+}
