@@ -290,7 +290,7 @@ impl Client {
     /// ```
     pub async fn clients(&self) -> Result<Vec<ClientIdentity>> {
         let executor = &self.inner.executor;
-        let masters = master_slots(executor).await?;
+        let masters = executor.master_slots().await?;
         let lists = futures::future::try_join_all(
             masters
                 .into_iter()
@@ -333,41 +333,6 @@ impl Client {
         let (fields, now) = futures::future::join(read, now).await;
         Ok(ClientIdentity::of(id, fields?, now?))
     }
-}
-
-/// One slot of each master: on one server, 0 (it serves them all); on a Cluster, the first
-/// slot of every master's first range in `CLUSTER SLOTS`.
-async fn master_slots(executor: &Executor) -> Result<Vec<u16>> {
-    if !executor.target().is_cluster() {
-        return Ok(vec![0]);
-    }
-    let mut slots = redis::cmd("CLUSTER");
-    slots.arg("SLOTS");
-    let map: redis::Value = executor.read(&slots, "CLUSTER SLOTS").await?;
-    let bad = || Error::unexpected(format!("CLUSTER SLOTS answered {map:?}"));
-    let redis::Value::Array(ranges) = &map else {
-        return Err(bad());
-    };
-    let mut seen = Vec::new();
-    let mut firsts = Vec::new();
-    for range in ranges {
-        let redis::Value::Array(parts) = range else {
-            return Err(bad());
-        };
-        let (Some(redis::Value::Int(start)), Some(master)) = (parts.first(), parts.get(2)) else {
-            return Err(bad());
-        };
-        // The master by its node id where the reply has one, else by its address.
-        let name = match master {
-            redis::Value::Array(node) => format!("{:?}", node.get(2).or(node.first())),
-            other => format!("{other:?}"),
-        };
-        if !seen.contains(&name) {
-            seen.push(name);
-            firsts.push(u16::try_from(*start).map_err(|_| bad())?);
-        }
-    }
-    Ok(firsts)
 }
 
 /// The identities on the master that serves `slot`, aged by that master's clock.

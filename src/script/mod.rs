@@ -357,6 +357,39 @@ impl Executor {
         T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{what}: {e}")))
     }
 
+    /// One slot served by each master: 0 on one server (a Sentinel's master included), on a
+    /// Cluster the first slot of each master's first range in `CLUSTER SLOTS`.
+    pub(crate) async fn master_slots(&self) -> Result<Vec<u16>> {
+        use redis::Value;
+        if !self.target().is_cluster() {
+            return Ok(vec![0]);
+        }
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let reply: Value = self.read(&cmd, "CLUSTER SLOTS").await?;
+        let odd = || Error::unexpected(format!("CLUSTER SLOTS answered {reply:?}"));
+        let Value::Array(ranges) = &reply else {
+            return Err(odd());
+        };
+        let mut masters: Vec<(&Value, u16)> = Vec::new();
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return Err(odd());
+            };
+            // [first slot, last slot, [ip, port, node id, ...] of the master, replicas...]
+            let (Some(Value::Int(first)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(2))
+            else {
+                return Err(odd());
+            };
+            let node = master.get(2).or(master.first()).ok_or_else(odd)?;
+            if !masters.iter().any(|(seen, _)| *seen == node) {
+                masters.push((node, u16::try_from(*first).map_err(|_| odd())?));
+            }
+        }
+        Ok(masters.into_iter().map(|(_, slot)| slot).collect())
+    }
+
     async fn query(&self, cmd: &Cmd) -> std::result::Result<Value, RedisError> {
         self.conn.send(cmd, self.cap).await
     }
