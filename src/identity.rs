@@ -326,9 +326,7 @@ impl Client {
     pub async fn identity_of(&self, id: Uuid) -> Result<Option<ClientIdentity>> {
         let executor = &self.inner.executor;
         let key = key(id);
-        let mut hgetall = redis::cmd("HGETALL");
-        hgetall.arg(&key);
-        let read = executor.read::<HashMap<String, String>>(&hgetall, &key);
+        let read = fields(executor, &key);
         let now = server_ms(executor, crate::slots::key_slot(&key) as u16);
         let (fields, now) = futures::future::join(read, now).await;
         Ok(ClientIdentity::of(id, fields?, now?))
@@ -346,10 +344,11 @@ async fn identities_on(executor: &Executor, slot: u16) -> Result<Vec<ClientIdent
             .arg(PATTERN)
             .arg("COUNT")
             .arg(1000);
-        let (next, found): (u64, Vec<String>) = executor
+        let (next, found): (u64, Vec<Vec<u8>>) = executor
             .read_on_slot(&scan, slot, "SCAN ferrisson_client:*")
             .await?;
-        keys.extend(found);
+        // A key name that is not UTF-8 holds no identity: no client writes one.
+        keys.extend(found.into_iter().filter_map(|k| String::from_utf8(k).ok()));
         if next == 0 {
             break;
         }
@@ -363,20 +362,30 @@ async fn identities_on(executor: &Executor, slot: u16) -> Result<Vec<ClientIdent
         .iter()
         .filter_map(|key| Some((id_of_key(key)?, key)))
         .map(|(id, key)| async move {
-            let mut hgetall = redis::cmd("HGETALL");
-            hgetall.arg(key);
-            match executor
-                .read::<HashMap<String, String>>(&hgetall, key)
-                .await
-            {
+            match fields(executor, key).await {
                 Ok(fields) => Ok(ClientIdentity::of(id, fields, now)),
                 // Not an identity, whatever its name: left out.
-                Err(Error::WrongType { .. }) => Ok(None),
+                Err(Error::WrongType { .. } | Error::UnexpectedReply(_)) => Ok(None),
                 Err(e) => Err(e),
             }
         });
     let read = futures::future::try_join_all(reads).await?;
     Ok(read.into_iter().flatten().collect())
+}
+
+/// The fields of the identity at `key` (`HGETALL`); bytes that are not UTF-8, which no client
+/// writes, are shown lossily rather than failing the whole read.
+async fn fields(executor: &Executor, key: &str) -> Result<HashMap<String, String>> {
+    let mut hgetall = redis::cmd("HGETALL");
+    hgetall.arg(key);
+    let raw: HashMap<Vec<u8>, Vec<u8>> = executor.read(&hgetall, key).await?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| {
+            let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+            (text(k), text(v))
+        })
+        .collect())
 }
 
 /// The clock of the master that serves `slot` (`TIME`), in unix ms.

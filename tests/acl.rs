@@ -776,6 +776,20 @@ async fn listing_the_clients_needs_scan_which_the_rule_leaves_out() {
     let listed = client.clients().await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].id, client.id());
+
+    // Listing objects with `+scan`: SCAN names keys outside the rule too (another
+    // application's lock, a session); those are left out, not an error.
+    let mut admin = server.raw().await;
+    let _: () = admin.set("session:1", "x").await.unwrap();
+    let _: () = admin
+        .hset("billing:run", "0c4a6f52-2f43-4d4b-9d3a-2f0e8c1b7a11:1", 1)
+        .await
+        .unwrap();
+    let mine = client.get_lock("app:jobs").lock().await.unwrap();
+    let found = client.inspect_matching("*").await.unwrap();
+    let names: Vec<&str> = found.iter().map(|s| s.name()).collect();
+    assert_eq!(names, ["app:jobs"], "{found:#?}");
+    mine.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,6 +64,39 @@ async fn check_fields(
     read
 }
 
+/// Keys under the identities' prefix that no client wrote (a name or a field that is not
+/// UTF-8, another type) never fail the listing: odd bytes are shown lossily, the rest left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_keys_under_the_prefix_do_not_fail_the_listing() {
+    let server = RedisServer::start();
+    let client = support::client(&server).await;
+    let mut raw = server.raw().await;
+    let _: () = raw
+        .set(b"ferrisson_client:{\xff\xfe}".as_slice(), 1)
+        .await
+        .unwrap();
+    let _: () = raw.set("ferrisson_client:{not-a-uuid}", 1).await.unwrap();
+    let odd = uuid::Uuid::from_u128(0x5eed);
+    let odd_key = format!("ferrisson_client:{{{odd}}}");
+    let _: () = raw
+        .hset(&odd_key, "app", b"caf\xe9".as_slice())
+        .await
+        .unwrap();
+    let _: () = raw.hset(&odd_key, "pid", "12").await.unwrap();
+    let wrong = uuid::Uuid::from_u128(0xbad);
+    let _: () = raw
+        .rpush(format!("ferrisson_client:{{{wrong}}}"), "x")
+        .await
+        .unwrap();
+
+    let listed = client.clients().await.unwrap();
+    let ids: std::collections::BTreeSet<_> = listed.iter().map(|c| c.id).collect();
+    assert_eq!(ids, [client.id(), odd].into_iter().collect(), "{listed:?}");
+    let shown = client.identity_of(odd).await.unwrap().unwrap();
+    assert_eq!(shown.app, "caf\u{fffd}");
+    assert_eq!(shown.pid, 12);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_identity_is_there_after_connect_with_its_fields() {
     let server = RedisServer::start();

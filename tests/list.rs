@@ -115,13 +115,26 @@ async fn every_kind_on_one_server_named_back_from_its_keys() {
         "identities are no objects"
     );
 
-    // A read hold whose lock hash is gone leaves its timeout key: named back to the lock.
+    // A read hold whose lock hash is gone leaves its timeout key: named back to the lock (which
+    // is absent, so left out), never listed as an object of its own (a count, by its value).
     let _: () = raw.del("jobs:catalog").await.unwrap();
-    let after = client.inspect_matching("jobs:cat*").await.unwrap();
+    let left: Vec<String> = raw.keys("{jobs:catalog}:*rwlock_timeout*").await.unwrap();
+    assert_eq!(left.len(), 1, "the read hold's timeout key stays: {left:?}");
+    let after = client.inspect_matching("*catalog*").await.unwrap();
     assert!(
         after.is_empty(),
         "a free read-write lock is absent: {after:?}"
     );
+
+    // A lock whose name is shaped as a derived key (`{t}:timeout`, a permit semaphore's
+    // permits) is listed as the lock it is; a permit semaphore's own permits key is not.
+    let shaped = other.get_lock("{tenant:1}:timeout").lock().await.unwrap();
+    let tenants = client.inspect_matching("*tenant*").await.unwrap();
+    assert_eq!(names(&tenants), ["{tenant:1}:timeout"], "{tenants:#?}");
+    assert!(matches!(&tenants[0], Snapshot::Lock(l) if l.holders[0].client == Some(other.id())));
+    let render = client.inspect_matching("*render*").await.unwrap();
+    assert_eq!(names(&render), ["jobs:render"], "{render:#?}");
+    shaped.unlock().await.unwrap();
 
     // The blocking twin lists the same.
     let url = server.url();

@@ -9,7 +9,13 @@ pub(super) enum Found {
     Own(String),
     /// A key derived from the name (a fair queue, a revocation hash, a read hold's timeout...).
     Derived(String),
+    /// A key shaped as a derived one that may also be a lock's own key: `{t}:timeout` is the
+    /// permits of the semaphore `t`, or the lock named `{t}:timeout` itself.
+    MaybeOwn(String),
 }
+
+/// Suffixes of derived keys that names of locks end with too (`{tenant:1}:timeout`).
+const NAME_LIKE_SUFFIXES: [&str; 2] = [":timeout", ":ferrisson_writers"];
 
 /// Keys `<prefix>:{name}` (or `<prefix>:name` for a name with its own hash tag).
 const PREFIXED: [&str; 6] = [
@@ -25,10 +31,11 @@ const PREFIXED: [&str; 6] = [
 /// every name of a cluster slot.
 const NO_OBJECT: [&str; 2] = ["ferrisson_client:", "ferrisson_token:"];
 
-/// The object `key` belongs to; `None` for a key of no object.
-pub(super) fn object_of(key: &str) -> Option<Found> {
+/// The objects `key` may belong to: none for a key of no object; the derived name, and the
+/// key itself where a lock's name may have that shape too.
+pub(super) fn object_of(key: &str) -> Vec<Found> {
     if NO_OBJECT.iter().any(|prefix| key.starts_with(prefix)) {
-        return None;
+        return Vec::new();
     }
     let derived = PREFIXED
         .iter()
@@ -36,11 +43,14 @@ pub(super) fn object_of(key: &str) -> Option<Found> {
         .and_then(unwrap)
         .or_else(|| unlock_latch(key))
         .or_else(|| suffixed(key));
-    Some(match derived {
-        Some(name) => Found::Derived(name),
+    match derived {
+        Some(name) if NAME_LIKE_SUFFIXES.iter().any(|end| key.ends_with(end)) => {
+            vec![Found::Derived(name), Found::MaybeOwn(key.to_owned())]
+        }
+        Some(name) => vec![Found::Derived(name)],
         // Whatever else: its own key (the kind is read from it).
-        None => Found::Own(key.to_owned()),
-    })
+        None => vec![Found::Own(key.to_owned())],
+    }
 }
 
 /// `redisson_unlock_latch:{name}:<request-id>`: a ferrisson request id is `<client-uuid>:r<n>`,
@@ -94,31 +104,43 @@ fn unwrap(wrapped: &str) -> Option<String> {
 /// The object names behind `found`: derived names as they are, except that a name which is
 /// one hash tag whole (`{t}`) derives the same keys as `t` does, and is taken for `{t}` when
 /// `{t}` has its own key and `t` has none.
-pub(super) fn names(found: Vec<Found>) -> Vec<String> {
+///
+/// The second list holds the keys that may be locks' own keys ([`Found::MaybeOwn`]) and are no
+/// name of the first: a lock among them is listed, anything else is the derived key it looks
+/// like.
+pub(super) fn names(found: Vec<Found>) -> (Vec<String>, Vec<String>) {
     let own: std::collections::HashSet<String> = found
         .iter()
         .filter_map(|f| match f {
             Found::Own(name) => Some(name.clone()),
-            Found::Derived(_) => None,
+            _ => None,
         })
         .collect();
+    let mut maybe = Vec::new();
     let mut names: Vec<String> = found
         .into_iter()
-        .map(|f| match f {
-            Found::Own(name) => name,
+        .filter_map(|f| match f {
+            Found::Own(name) => Some(name),
             Found::Derived(name) => {
                 let tagged = format!("{{{name}}}");
-                if !own.contains(&name) && own.contains(&tagged) {
+                Some(if !own.contains(&name) && own.contains(&tagged) {
                     tagged
                 } else {
                     name
-                }
+                })
+            }
+            Found::MaybeOwn(key) => {
+                maybe.push(key);
+                None
             }
         })
         .collect();
     names.sort_unstable();
     names.dedup();
-    names
+    maybe.sort_unstable();
+    maybe.dedup();
+    maybe.retain(|key| names.binary_search(key).is_err());
+    (names, maybe)
 }
 
 /// One element of a glob pattern.
@@ -142,6 +164,8 @@ enum Token {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Glob {
     tokens: Vec<Token>,
+    /// Whether a `[` class runs to the pattern's end unclosed.
+    open_class: bool,
 }
 
 impl Glob {
@@ -154,6 +178,7 @@ impl Glob {
             (b, _) => (b, i + 1),
         };
         let mut tokens = Vec::new();
+        let mut open_class = false;
         let mut i = 0;
         while i < bytes.len() {
             let token = match bytes[i] {
@@ -180,6 +205,7 @@ impl Glob {
                         };
                         ranges.push((low.min(high), low.max(high)));
                     }
+                    open_class = i >= bytes.len();
                     Token::Class { negated, ranges }
                 }
                 _ => {
@@ -192,7 +218,12 @@ impl Glob {
             tokens.push(token);
             i += 1;
         }
-        Glob { tokens }
+        Glob { tokens, open_class }
+    }
+
+    /// Whether a `[` class is left open at the pattern's end (`[ab`).
+    pub(super) fn has_open_class(&self) -> bool {
+        self.open_class
     }
 
     /// Whether the pattern matches everything (`*`, `**`, ...).
@@ -252,10 +283,10 @@ mod tests {
     use super::*;
 
     fn derived(key: &str) -> Option<String> {
-        match object_of(key)? {
+        object_of(key).into_iter().find_map(|found| match found {
             Found::Derived(name) => Some(name),
-            Found::Own(_) => None,
-        }
+            _ => None,
+        })
     }
 
     #[test]
@@ -281,22 +312,48 @@ mod tests {
             for key in keys {
                 assert_eq!(derived(&key).as_deref(), Some(name), "{key}");
             }
-            assert_eq!(object_of(name), Some(Found::Own(name.to_owned())));
+            assert_eq!(object_of(name), [Found::Own(name.to_owned())]);
         }
     }
 
     #[test]
     fn identities_and_slot_counters_are_no_objects() {
-        assert_eq!(object_of("ferrisson_client:{0c4a}"), None);
-        assert_eq!(object_of(&crate::slots::token_counter("orders")), None);
+        assert_eq!(object_of("ferrisson_client:{0c4a}"), []);
+        assert_eq!(object_of(&crate::slots::token_counter("orders")), []);
         // Look-alikes without a `{` are keys of their own.
         for key in [
             "cache:timeout",
             "redisson_lock_queue:plain",
             "a:b:rwlock_timeout:1",
         ] {
-            assert_eq!(object_of(key), Some(Found::Own(key.to_owned())));
+            assert_eq!(object_of(key), [Found::Own(key.to_owned())]);
         }
+    }
+
+    #[test]
+    fn a_tagged_name_shaped_as_a_derived_key_may_be_a_lock_of_its_own() {
+        for key in ["{tenant:1}:timeout", "{tenant:1}:ferrisson_writers"] {
+            assert_eq!(
+                object_of(key),
+                [
+                    Found::Derived("tenant:1".into()),
+                    Found::MaybeOwn(key.into())
+                ]
+            );
+        }
+        let found = vec![
+            Found::Derived("tenant:1".into()),
+            Found::MaybeOwn("{tenant:1}:timeout".into()),
+            Found::Own("{a}:timeout".into()),
+            Found::MaybeOwn("{a}:timeout".into()),
+        ];
+        assert_eq!(
+            names(found),
+            (
+                vec!["tenant:1".to_owned(), "{a}:timeout".to_owned()],
+                vec!["{tenant:1}:timeout".to_owned()]
+            )
+        );
     }
 
     #[test]
@@ -308,7 +365,7 @@ mod tests {
             Found::Own("jobs".into()),
             Found::Derived("queue-only".into()),
         ];
-        assert_eq!(names(found), ["jobs", "queue-only", "{t}"]);
+        assert_eq!(names(found).0, ["jobs", "queue-only", "{t}"]);
     }
 
     #[test]
@@ -341,6 +398,8 @@ mod tests {
             );
         }
         assert!(Glob::new("**").is_everything());
+        assert!(Glob::new("[ab").has_open_class());
+        assert!(!Glob::new("[ab]*").has_open_class());
         assert!(!Glob::new("*a").is_everything());
     }
 }

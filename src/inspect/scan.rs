@@ -62,11 +62,7 @@ async fn matching(core: &Core, pattern: &str) -> Result<Vec<Snapshot>> {
     // A derived key holds its object's name whole (`prefix:{name}`, `{name}:suffix`), so a key
     // of an object whose name matches the pattern matches `*<pattern>*`: the server filters by
     // that, and the names are checked against the pattern itself here.
-    let wide = if glob.is_everything() {
-        "*".to_owned()
-    } else {
-        format!("*{pattern}*")
-    };
+    let wide = widened(pattern, &glob);
     let executor = &core.executor;
     let keys = futures::future::try_join_all(
         executor
@@ -76,17 +72,38 @@ async fn matching(core: &Core, pattern: &str) -> Result<Vec<Snapshot>> {
             .map(|slot| keys_on(executor, slot, &wide)),
     )
     .await?;
-    let found = keys.into_iter().flatten().filter_map(|k| object_of(&k));
-    let wanted: Vec<String> = names(found.collect())
+    let found = keys.into_iter().flatten().flat_map(|k| object_of(&k));
+    let (names, maybe) = names(found.collect());
+    let wanted = names
         .into_iter()
-        .filter(|name| glob.matches(name))
-        .collect();
+        .map(|name| (name, false))
+        .chain(maybe.into_iter().map(|key| (key, true)))
+        .filter(|(name, _)| glob.matches(name));
     let read: Vec<Option<Snapshot>> = futures::stream::iter(wanted)
-        .map(|name| async move { inspect(core, &name).await })
+        .map(|(name, maybe)| async move {
+            // A key only shaped as a lock's own key counts when it holds one.
+            Ok(inspect(core, &name).await?.filter(|snapshot| {
+                !maybe || matches!(snapshot, Snapshot::Lock(_) | Snapshot::ReadWriteLock(_))
+            }))
+        })
         .buffered(IN_FLIGHT)
         .try_collect()
         .await?;
-    Ok(read.into_iter().flatten().collect())
+    let mut read: Vec<Snapshot> = read.into_iter().flatten().collect();
+    read.sort_by(|a, b| a.name().cmp(b.name()));
+    Ok(read)
+}
+
+/// The pattern the server filters keys by: a derived key holds its object's name whole
+/// (`prefix:{name}`, `{name}:suffix`), so `*<pattern>*`; every key for a pattern that ends
+/// inside an escape or a class (`foo\`, `[ab`), which the added `*` would change.
+fn widened(pattern: &str, glob: &Glob) -> String {
+    let trailing_escapes = pattern.bytes().rev().take_while(|b| *b == b'\\').count();
+    if glob.is_everything() || trailing_escapes % 2 == 1 || glob.has_open_class() {
+        "*".to_owned()
+    } else {
+        format!("*{pattern}*")
+    }
 }
 
 /// The snapshot of `name`; `None` when it is gone since the scan, or is no object of the
@@ -99,6 +116,11 @@ async fn inspect(core: &Core, name: &str) -> Result<Option<Snapshot>> {
             e @ (Error::WrongType { .. } | Error::UnexpectedReply(_) | Error::InvalidArgument(_)),
         ) => {
             tracing::debug!(name, error = %e, "listing: not an object of the lock family");
+            Ok(None)
+        }
+        // An ACL user sees the keys of its rule only, while SCAN names every key.
+        Err(e @ Error::PermissionDenied { .. }) => {
+            tracing::debug!(name, error = %e, "listing: a name this user may not read");
             Ok(None)
         }
         Err(e) => Err(e),
@@ -125,5 +147,23 @@ async fn keys_on(executor: &Executor, slot: u16, pattern: &str) -> Result<Vec<St
             return Ok(keys);
         }
         cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_side_pattern_keeps_every_key_an_object_of_the_pattern_may_have() {
+        let widen = |p: &str| widened(p, &Glob::new(p));
+        assert_eq!(widen("*"), "*");
+        assert_eq!(widen("orders:*"), "*orders:**");
+        assert_eq!(widen(r"a\*"), r"*a\**");
+        // A `*` after an odd `\` or inside an open class would be taken literally.
+        assert_eq!(widen(r"foo\"), "*");
+        assert_eq!(widen(r"foo\\\"), "*");
+        assert_eq!(widen(r"foo\\"), r"*foo\\*");
+        assert_eq!(widen("[ab"), "*");
     }
 }
