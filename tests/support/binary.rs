@@ -133,35 +133,57 @@ pub fn ensure_redis_server() {
         return;
     }
     if !has("redis-server") {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout == b"0\n")
-            .unwrap_or(false);
-        if root && has("apt-get") {
-            eprintln!("redis-server is missing: installing Debian's redis-server package");
-            let apt = |args: &[&str]| {
-                Command::new("apt-get")
-                    .args(["-o", "DPkg::Lock::Timeout=600", "-q", "-y"])
-                    .args(args)
-                    .env("DEBIAN_FRONTEND", "noninteractive")
-                    .status()
-                    .map(|s| s.success())
-                    .unwrap_or(false)
-            };
-            let _ = apt(&["update"]);
-            if !apt(&["install", "--no-install-recommends", "redis-server"]) {
-                panic!("installing redis-server failed; run: sudo apt-get install -y redis-server");
-            }
-        } else {
-            panic!(
+        install_or_fail(
+            "redis-server",
+            &format!(
                 "redis-server is not installed, and these tests need a real one. Install it with \
                  `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS), \
                  or point {SERVER_VAR} at a redis-server or valkey-server binary."
-            );
-        }
+            ),
+        );
     }
     *checked = true;
+}
+
+/// Makes sure `program` (a Debian package of the same name) is on `PATH`, as
+/// [`ensure_redis_server`] does for the server: installed as root with apt-get, else a failure
+/// that says how to install it (`why` says what needs it). It never skips.
+pub fn ensure_program(program: &str, why: &str) {
+    if !has(program) {
+        install_or_fail(
+            program,
+            &format!(
+                "{program} is not installed, and {why}. Install it with `sudo apt-get install -y {program}`."
+            ),
+        );
+    }
+}
+
+/// Installs the Debian package `package` as root with apt-get; panics with `otherwise` when it
+/// cannot.
+fn install_or_fail(package: &str, otherwise: &str) {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if !(root && has("apt-get")) {
+        panic!("{otherwise}");
+    }
+    eprintln!("{package} is missing: installing Debian's {package} package");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=600", "-q", "-y"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let _ = apt(&["update"]);
+    if !apt(&["install", "--no-install-recommends", package]) {
+        panic!("installing {package} failed; run: sudo apt-get install -y {package}");
+    }
 }
 
 fn has(program: &str) -> bool {
