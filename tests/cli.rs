@@ -2,7 +2,8 @@
 //! `inspect` (human and JSON, holders of two clients named by their identity, exit codes free
 //! and held), `list` (patterns, several kinds, one server and a Cluster), `clients` (who is
 //! alive and what each holds), `force-unlock` (a holder process told within about a second,
-//! the refusal without a terminal, the exit codes), and bad input.
+//! the refusal without a terminal, the exit codes), names with control characters shown
+//! escaped, and bad input.
 
 #![cfg(feature = "cli")]
 
@@ -423,6 +424,45 @@ async fn force_unlock_tells_the_holder_process_promptly() {
         "{}",
         stderr(&refused)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_names_are_shown_escaped() {
+    let server = RedisServer::start();
+    // A name that would retitle the terminal's window and forge a line of the table.
+    let evil = "evil\x1b]0;pwned\x07\nforged";
+    let shown = r"evil\u{1b}]0;pwned\u{7}\nforged";
+    let client = app(&server, "billing\x1b[2J").await;
+    let guard = client.get_lock(evil).lock().await.unwrap();
+    let raw = |out: &Output| out.stdout.contains(&0x1b) || out.stdout.contains(&0x07);
+
+    let listed = on(&server, &["list"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let text = stdout(&listed);
+    assert!(!raw(&listed), "a raw control character in: {text:?}");
+    assert_eq!(text.lines().count(), 2, "the newline forged no row: {text}");
+    assert!(
+        text.lines().nth(1).is_some_and(|l| l.starts_with(shown)),
+        "{text}"
+    );
+    assert!(text.contains(r"billing\u{1b}[2J@"), "{text}");
+
+    let inspected = on(&server, &["inspect", evil]).await;
+    assert_eq!(code(&inspected), 1, "{}", stderr(&inspected));
+    let text = stdout(&inspected);
+    assert!(!raw(&inspected), "a raw control character in: {text:?}");
+    assert!(text.starts_with(&format!("{shown}: lock")), "{text}");
+    assert!(text.contains(r"billing\u{1b}[2J@"), "{text}");
+
+    let clients = on(&server, &["clients"]).await;
+    assert!(!raw(&clients), "{:?}", stdout(&clients));
+    assert!(stdout(&clients).contains(&format!("holds {shown} (lock")));
+
+    // JSON says the name exactly.
+    let exact = json(&on(&server, &["list", "--json"]).await);
+    assert_eq!(exact[0]["name"], evil);
+    assert_eq!(exact[0]["holders"][0]["identity"]["app"], "billing\x1b[2J");
+    guard.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use crate::fail::{Code, Failure};
 use crate::holds::{holds, is_held, waiting};
 use crate::screen::{Key, Keys, Line, Screen};
 use crate::table::{render, row};
-use crate::text::{clock_utc, fit, span};
+use crate::text::{clean, clock_utc, fit, span};
 use crate::who::Directory;
 
 /// What the screen shows: the last read, and the last refresh's failure if it failed.
@@ -106,10 +106,12 @@ impl View<'_> {
     }
 
     /// The screen's lines for a terminal `width` × `height`: a header, a summary, the table,
-    /// then the clients if they fit below it.
+    /// then the clients if they fit below it. Every line is [`clean`] before it is cut: names,
+    /// identities and a server's error come from Redis, and a control character drawn raw
+    /// would move the cursor or retitle the window.
     fn lines(&self, (width, height): (usize, usize)) -> Vec<Line> {
         let plain = |text: String| Line {
-            text: fit(&text, width),
+            text: fit(&clean(&text), width),
             strong: false,
         };
         let title = format!(
@@ -122,7 +124,7 @@ impl View<'_> {
         let quit = "q: quit ";
         let room = width.saturating_sub(quit.len());
         let mut lines = vec![Line {
-            text: format!("{:<room$}{quit}", fit(&title, room)),
+            text: format!("{:<room$}{quit}", fit(&clean(&title), room)),
             strong: true,
         }];
         lines.push(plain(match &self.failed {
@@ -185,8 +187,8 @@ impl View<'_> {
             let name = format!("{}@{}:{}{this}", c.app, c.host, c.pid);
             lines.push(format!(
                 "{:<30} {:<8} {:<7} {:<6} {}",
-                fit(&name, 30),
-                c.version,
+                fit(&clean(&name), 30),
+                clean(&c.version),
                 span(c.age),
                 held,
                 c.id
