@@ -11,11 +11,13 @@ the password out of `ps` and the shell's history).
 
 Exit codes:
   0  done (inspect: the object is free, or nothing is under the name)
-  1  inspect: the object is held; force-unlock: nothing was held
+  1  inspect: the object is held; force-unlock: nothing was held (or it was released while
+     you decided)
   2  usage error: a bad option, name or URL
   3  cannot connect, or Redis answered an error
   4  the name is not of a kind the command handles (force-unlock on a semaphore, say)
-  5  force-unlock declined, or no terminal to ask on (pass --yes)";
+  5  force-unlock declined, no terminal to ask on (pass --yes), or the holders changed while
+     you decided (nothing unlocked: run it again)";
 
 /// Look into ferrisson's (and Redisson's) locks in Redis: who holds what, who waits, which
 /// clients are alive; free a stuck lock.
@@ -95,6 +97,13 @@ pub(crate) enum Command {
         interval: Duration,
     },
     /// Free a lock or read-write lock whoever holds it, after saying who does and asking
+    ///
+    /// It reads the object, says who holds it, asks (unless --yes), then reads it again: if
+    /// the holders (their owners, a read-write lock's mode) or the kind changed meanwhile, it
+    /// unlocks nothing and exits 5, showing the new holders. A window of milliseconds remains
+    /// between that second read and the unlock, which the library does unconditionally; a
+    /// holder that took the lock within it is told by its guard's `lost()` like any forced
+    /// holder.
     #[command(name = "force-unlock")]
     ForceUnlock {
         /// The lock's name

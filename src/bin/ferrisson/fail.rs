@@ -16,7 +16,7 @@ pub(crate) enum Code {
     Redis = 3,
     /// The name is of a kind the command does not handle.
     WrongKind = 4,
-    /// `force-unlock` declined, or no terminal to ask on.
+    /// `force-unlock` declined, no terminal to ask on, or the holders changed meanwhile.
     Declined = 5,
 }
 
