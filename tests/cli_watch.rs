@@ -1,9 +1,10 @@
 //! `ferrisson watch` and `force-unlock`'s question in a real terminal: tmux runs the tool in a
 //! detached 140×40 pane, `capture-pane` reads what it drew, `send-keys` types. The table
-//! follows a lock taken and released by the test, `q` and Ctrl-C quit with 0, and the terminal
-//! is given back every time (main screen, cursor shown, cooked mode), a failing server
-//! included. `force-unlock` asks, and refuses when the holders changed before the answer.
-//! tmux is required: without it these tests fail, saying how to install it.
+//! follows a lock taken and released by the test; `q`, Ctrl-C, and SIGINT or SIGQUIT from
+//! `kill` quit with 0, and the terminal is given back every time (main screen, cursor shown,
+//! cooked mode), a failing server included. `force-unlock` asks, and refuses when the holders
+//! changed before the answer. tmux is required: without it these tests fail, saying how to
+//! install it.
 
 #![cfg(feature = "cli")]
 
@@ -25,12 +26,13 @@ struct Pane {
     dir: Scratch,
 }
 
-/// A directory removed on drop.
+/// A directory (or a file) removed on drop.
 struct Scratch(PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -266,6 +268,35 @@ async fn a_failing_server_is_shown_and_ctrl_c_quits() {
     pane.keys(&["C-c"]);
     assert_eq!(pane.exit(Duration::from_secs(5)), 0);
     pane.assert_given_back();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_from_outside_quit_and_give_the_terminal_back() {
+    let server = RedisServer::start();
+    // In raw mode Ctrl-C sends no SIGINT: these come from `kill`, as a supervisor's would.
+    for signal in ["INT", "QUIT"] {
+        let pid_file = Scratch(std::env::temp_dir().join(format!(
+            "ferrisson-watch-{}-{signal}.pid",
+            std::process::id()
+        )));
+        // `exec`: the pid the shell writes is the tool's.
+        let pane = Pane::start(&format!(
+            "sh -c 'echo $$ > {}; exec {}'",
+            pid_file.0.display(),
+            watch(&server.url(), "")
+        ));
+        pane.until(Duration::from_secs(10), "the header", |s| {
+            s.contains("ferrisson watch") && s.contains("ferrisson-cli")
+        });
+        let pid = std::fs::read_to_string(&pid_file.0).expect("the pid file");
+        let killed = Command::new("kill")
+            .args([format!("-{signal}"), pid.trim().to_owned()])
+            .status()
+            .expect("the kill command runs");
+        assert!(killed.success(), "kill -{signal} {pid}");
+        assert_eq!(pane.exit(Duration::from_secs(5)), 0, "after SIG{signal}");
+        pane.assert_given_back();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ Exit codes:
   0  done (inspect: the object is free, or nothing is under the name)
   1  inspect: the object is held; force-unlock: nothing was held (or it was released while
      you decided)
-  2  usage error: a bad option, name or URL
+  2  usage error: a bad option, name or URL; watch: no terminal, or the terminal failed
   3  cannot connect, or Redis answered an error
   4  the name is not of a kind the command handles (force-unlock on a semaphore, say)
   5  force-unlock declined, no terminal to ask on (pass --yes), or the holders changed while
@@ -87,7 +87,8 @@ pub(crate) enum Command {
         json: bool,
     },
     /// A full-screen table of the objects matching PATTERN and the live clients, refreshed
-    /// like top; q, Esc or Ctrl-C quits
+    /// like top; q, Esc or Ctrl-C quits (so do SIGINT, SIGTERM, SIGHUP and SIGQUIT), giving
+    /// the terminal back
     Watch {
         /// A glob matched against object names, as for `list`
         #[arg(default_value = "*")]

@@ -10,7 +10,7 @@ pub(crate) enum Code {
     Done = 0,
     /// `inspect`: held; `force-unlock`: nothing was held.
     Held = 1,
-    /// A bad option, name or URL.
+    /// A bad option, name or URL; `watch` without a usable terminal.
     Usage = 2,
     /// No connection, or Redis answered an error.
     Redis = 3,
@@ -23,6 +23,10 @@ pub(crate) enum Code {
 impl Code {
     /// `force-unlock`: nothing was held (the code `inspect` gives a held object).
     pub(crate) const NOTHING_HELD: Code = Code::Held;
+    /// `watch`: no terminal, or the terminal failed under it. With the usage errors: the
+    /// command cannot run where it was started (no terminal is checked before connecting),
+    /// and 3 means the server.
+    pub(crate) const TERMINAL: Code = Code::Usage;
 
     pub(crate) fn exit(self) -> std::process::ExitCode {
         std::process::ExitCode::from(self as u8)
