@@ -3,7 +3,8 @@
 //! and held), `list` (patterns, several kinds, one server and a Cluster), `clients` (who is
 //! alive and what each holds), `force-unlock` (a holder process told within about a second,
 //! the refusal without a terminal, the exit codes), names with control characters shown
-//! escaped, and bad input.
+//! escaped, `--no-identity` (no identity of the tool's own, for an ACL user that may not write
+//! one), and bad input.
 
 #![cfg(feature = "cli")]
 
@@ -20,11 +21,18 @@ use support::{HolderProcess, RedisServer};
 
 /// Runs the tool with `args` (stdin empty: no terminal), at most 20 s.
 async fn run(args: &[&str]) -> Output {
+    run_env(args, &[]).await
+}
+
+/// `run` with the tool's environment variables unset but `env`'s.
+async fn run_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrisson"))
         .args(args)
         .env_remove("FERRISSON_URL")
         .env_remove("FERRISSON_USERNAME")
         .env_remove("FERRISSON_PASSWORD")
+        .env_remove("FERRISSON_NO_IDENTITY")
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
@@ -434,35 +442,111 @@ async fn control_characters_in_names_are_shown_escaped() {
     let shown = r"evil\u{1b}]0;pwned\u{7}\nforged";
     let client = app(&server, "billing\x1b[2J").await;
     let guard = client.get_lock(evil).lock().await.unwrap();
-    let raw = |out: &Output| out.stdout.contains(&0x1b) || out.stdout.contains(&0x07);
-
-    let listed = on(&server, &["list"]).await;
-    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
-    let text = stdout(&listed);
-    assert!(!raw(&listed), "a raw control character in: {text:?}");
-    assert_eq!(text.lines().count(), 2, "the newline forged no row: {text}");
-    assert!(
-        text.lines().nth(1).is_some_and(|l| l.starts_with(shown)),
-        "{text}"
-    );
-    assert!(text.contains(r"billing\u{1b}[2J@"), "{text}");
-
-    let inspected = on(&server, &["inspect", evil]).await;
-    assert_eq!(code(&inspected), 1, "{}", stderr(&inspected));
-    let text = stdout(&inspected);
-    assert!(!raw(&inspected), "a raw control character in: {text:?}");
-    assert!(text.starts_with(&format!("{shown}: lock")), "{text}");
-    assert!(text.contains(r"billing\u{1b}[2J@"), "{text}");
-
-    let clients = on(&server, &["clients"]).await;
-    assert!(!raw(&clients), "{:?}", stdout(&clients));
-    assert!(stdout(&clients).contains(&format!("holds {shown} (lock")));
+    for (args, expected) in [
+        (&["list"][..], format!("\n{shown}  lock ")),
+        (&["inspect", evil][..], format!("{shown}: lock (RLock")),
+        (&["clients"][..], format!("holds {shown} (lock")),
+    ] {
+        let out = on(&server, args).await;
+        let text = stdout(&out);
+        let raw = out.stdout.iter().any(|b| [0x1b, 0x07].contains(b));
+        assert!(!raw, "{args:?}: a raw control character in {text:?}");
+        assert!(!text.contains("\nforged"), "{args:?}: {text}");
+        assert!(text.contains(&expected), "{args:?}: {expected:?}: {text}");
+        assert!(text.contains(r"billing\u{1b}[2J"), "{args:?}: {text}");
+    }
 
     // JSON says the name exactly.
     let exact = json(&on(&server, &["list", "--json"]).await);
     assert_eq!(exact[0]["name"], evil);
     assert_eq!(exact[0]["holders"][0]["identity"]["app"], "billing\x1b[2J");
     guard.unlock().await.unwrap();
+}
+
+/// The apps `clients --json` lists.
+fn apps(listed: &Value) -> Vec<&str> {
+    let clients = listed["clients"].as_array().expect("a list of clients");
+    clients.iter().filter_map(|c| c["app"].as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_identity_records_none_and_serves_a_user_that_may_not_write_one() {
+    let server = RedisServer::start();
+    let billing = app(&server, "billing").await;
+    let guard = billing.get_lock("app:orders").lock().await.unwrap();
+
+    // The flag, and the environment variable: the tool's client writes no identity, so it is
+    // not among the live clients (without either, it is: `ferrisson-cli`, marked `this`).
+    let flag = json(&on(&server, &["--no-identity", "clients", "--json"]).await);
+    assert_eq!(apps(&flag), ["billing"], "{flag:#}");
+    let url = server.url();
+    let args = ["--url", url.as_str(), "clients", "--json"];
+    let env = json(&run_env(&args, &[("FERRISSON_NO_IDENTITY", "1")]).await);
+    assert_eq!(apps(&env), ["billing"], "{env:#}");
+    let off = json(&run_env(&args, &[("FERRISSON_NO_IDENTITY", "0")]).await);
+    assert!(apps(&off).contains(&"ferrisson-cli"), "{off:#}");
+
+    // An operator's user that may read identities but not write one: refused without the
+    // flag (saying to pass it), served with it.
+    if let Some(ops) = operator(&server).await {
+        let refused = run(&["--url", &ops, "inspect", "app:orders"]).await;
+        let said = stderr(&refused);
+        assert!(
+            code(&refused) == 3 && said.contains("--no-identity"),
+            "{said}"
+        );
+        let as_ops = |args: &'static [&'static str]| {
+            let mut all = vec!["--url", ops.as_str(), "--no-identity"];
+            all.extend_from_slice(args);
+            async move { run(&all).await }
+        };
+        let inspected = as_ops(&["inspect", "app:orders"]).await;
+        let text = stdout(&inspected);
+        assert!(code(&inspected) == 1 && text.contains("billing@"), "{text}");
+        let listed = as_ops(&["list", "app:*"]).await;
+        let text = stdout(&listed);
+        assert!(
+            code(&listed) == 0 && text.contains("\napp:orders "),
+            "{text}"
+        );
+        assert_eq!(
+            apps(&json(&as_ops(&["clients", "--json"]).await)),
+            ["billing"]
+        );
+    }
+    guard.unlock().await.unwrap();
+}
+
+/// Creates `ops` with the README's rule, identities only readable (Redis 7's selectors), and
+/// +scan for listing; its URL, or `None` on a server without selectors (Redis 6.2).
+async fn operator(server: &RedisServer) -> Option<String> {
+    let readme = include_str!("../README.md");
+    let block = readme
+        .split("## Running under a Redis ACL user")
+        .nth(1)
+        .and_then(|section| section.split("```text").nth(1))
+        .and_then(|b| b.split("```").next())
+        .expect("the README's ACL rule");
+    let mut admin = server.raw().await;
+    for rule in block
+        .lines()
+        .filter_map(|l| l.strip_prefix("ACL SETUSER app-locks "))
+    {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("ops");
+        for token in rule.split_whitespace() {
+            match token {
+                ">change-me" => cmd.arg(">ops-pw"),
+                "~ferrisson_client:*" => cmd.arg("%R~ferrisson_client:*").arg("+scan"),
+                _ => cmd.arg(token),
+            };
+        }
+        if let Err(e) = cmd.query_async::<()>(&mut admin).await {
+            eprintln!("no read-only key patterns here ({e}): the ACL part is skipped");
+            return None;
+        }
+    }
+    Some(format!("redis://ops:ops-pw@127.0.0.1:{}", server.port()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,10 @@ Credentials: in the URL (redis://USER:PASSWORD@host:port), or from the environme
 FERRISSON_USERNAME and FERRISSON_PASSWORD (used for every URL that carries none; they keep
 the password out of `ps` and the shell's history).
 
+Identity: the tool's client records itself as `ferrisson-cli` (a `ferrisson_client:*` key
+while it runs), so it shows in `clients`; --no-identity (or FERRISSON_NO_IDENTITY=1) writes
+none, for an ACL user that may not write those keys.
+
 Exit codes:
   0  done (inspect: the object is free, or nothing is under the name)
   1  inspect: the object is held; force-unlock: nothing was held (or it was released while
@@ -54,6 +58,17 @@ pub(crate) struct Server {
     /// Seconds to wait for a connection, and for each reply
     #[arg(long, global = true, value_name = "SECS", default_value = "5", value_parser = seconds)]
     pub(crate) timeout: Duration,
+    /// Record no identity of the tool's own client (no `ferrisson_client:*` key): for an ACL
+    /// user without write access to those keys; the tool then does not show in `clients`
+    // Falsey parsing: `FERRISSON_NO_IDENTITY=0` (or `false`, `no`, empty) leaves it off, and
+    // anything else turns it on, as a shell user expects of a `=1` switch.
+    #[arg(
+        long,
+        global = true,
+        env = "FERRISSON_NO_IDENTITY",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub(crate) no_identity: bool,
 }
 
 #[derive(Debug, Subcommand)]

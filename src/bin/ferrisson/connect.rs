@@ -1,7 +1,8 @@
 //! The tool's own client: connected as the library connects (one URL, Cluster seeds, or
 //! sentinels and a master name), credentials from the URL or the environment. It holds
 //! nothing, and records its identity as `ferrisson-cli`, so an operator's session shows as
-//! what it is in `clients`.
+//! what it is in `clients`; `--no-identity` turns that off for an ACL user that may not write
+//! identities.
 
 use ferrisson::Client;
 
@@ -16,6 +17,7 @@ pub(crate) async fn connect(server: &Server) -> Result<Client, Failure> {
     let login = Login::from_env();
     let builder = Client::builder()
         .app_name(APP)
+        .identity(!server.no_identity)
         .connection_timeout(server.timeout)
         .response_timeout(server.timeout);
     let builder = match (&server.cluster[..], &server.sentinel[..], &server.master) {

@@ -68,6 +68,13 @@ impl From<Error> for Failure {
                 "is the server up and reachable? point --url (or FERRISSON_URL), --cluster or \
                  --sentinel/--master at it",
             ),
+            // The tool's identity is written when it connects: an operator's user that may
+            // only read identities gets this before any command runs.
+            Error::PermissionDenied { what, .. } if what.contains("client_identity") => (
+                Code::Redis,
+                "the ACL user may not write the tool's identity (`ferrisson_client:*`): pass \
+                 --no-identity (or set FERRISSON_NO_IDENTITY=1)",
+            ),
             Error::PermissionDenied { .. } => (
                 Code::Redis,
                 "the ACL user lacks a permission: `list`, `clients` and `watch` need +scan \
