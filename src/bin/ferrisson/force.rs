@@ -63,8 +63,21 @@ pub(crate) async fn force_unlock(client: &Client, name: &str, yes: bool) -> Resu
     if !yes {
         confirm(&shown, &first.held_by).await?;
     }
-    // Read again: what is freed is what the operator decided about, or nothing.
-    let Some(now) = read(client, name).await? else {
+    // Read again: what is freed is what the operator decided about, or nothing. No lock any
+    // more (deleted, and written again as a semaphore, say) is a change like any other.
+    let now = match read(client, name).await {
+        Err(e) if e.code == Code::WrongKind => {
+            return Err(Failure::new(
+                Code::Declined,
+                format!(
+                    "{shown} changed while you decided: {}. Not unlocked",
+                    e.message
+                ),
+            ));
+        }
+        read => read?,
+    };
+    let Some(now) = now else {
         print(&format!(
             "{shown} was released meanwhile: nothing to unlock\n"
         ));
