@@ -1,8 +1,10 @@
 //! `ferrisson watch` and `force-unlock`'s question in a real terminal: tmux runs the tool in a
 //! detached 140×40 pane, `capture-pane` reads what it drew, `send-keys` types. The table
-//! follows a lock taken and released by the test, `q` and Ctrl-C quit with 0, and the terminal
-//! is given back every time (main screen, cursor shown, cooked mode), a failing server
-//! included. tmux is required: without it these tests fail, saying how to install it.
+//! follows a lock taken and released by the test; `q`, Ctrl-C, and SIGINT or SIGQUIT from
+//! `kill` quit with 0, and the terminal is given back every time (main screen, cursor shown,
+//! cooked mode), a failing server included. `force-unlock` asks, and refuses when the holders
+//! changed before the answer. tmux is required: without it these tests fail, saying how to
+//! install it.
 
 #![cfg(feature = "cli")]
 
@@ -24,12 +26,13 @@ struct Pane {
     dir: Scratch,
 }
 
-/// A directory removed on drop.
+/// A directory (or a file) removed on drop.
 struct Scratch(PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -268,6 +271,35 @@ async fn a_failing_server_is_shown_and_ctrl_c_quits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_from_outside_quit_and_give_the_terminal_back() {
+    let server = RedisServer::start();
+    // In raw mode Ctrl-C sends no SIGINT: these come from `kill`, as a supervisor's would.
+    for signal in ["INT", "QUIT"] {
+        let pid_file = Scratch(std::env::temp_dir().join(format!(
+            "ferrisson-watch-{}-{signal}.pid",
+            std::process::id()
+        )));
+        // `exec`: the pid the shell writes is the tool's.
+        let pane = Pane::start(&format!(
+            "sh -c 'echo $$ > {}; exec {}'",
+            pid_file.0.display(),
+            watch(&server.url(), "")
+        ));
+        pane.until(Duration::from_secs(10), "the header", |s| {
+            s.contains("ferrisson watch") && s.contains("ferrisson-cli")
+        });
+        let pid = std::fs::read_to_string(&pid_file.0).expect("the pid file");
+        let killed = Command::new("kill")
+            .args([format!("-{signal}"), pid.trim().to_owned()])
+            .status()
+            .expect("the kill command runs");
+        assert!(killed.success(), "kill -{signal} {pid}");
+        assert_eq!(pane.exit(Duration::from_secs(5)), 0, "after SIG{signal}");
+        pane.assert_given_back();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_unlock_asks_on_the_terminal() {
     let server = RedisServer::start();
     let mut holder = HolderProcess::spawn(&server, "stuck", 30_000, "lock");
@@ -293,6 +325,54 @@ async fn force_unlock_asks_on_the_terminal() {
     assert_eq!(accepted.exit(Duration::from_secs(5)), 0);
     assert_eq!(holder.exit_code(Duration::from_secs(5)).await, Some(3));
     assert!(!client.get_lock("stuck").is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_refuses_when_the_holders_changed_while_it_asked() {
+    let server = RedisServer::start();
+    let client = |app: &'static str| support::builder(&server).app_name(app).build();
+    let (first, second) = (
+        client("first").await.unwrap(),
+        client("second").await.unwrap(),
+    );
+    let guard = first.get_lock("stuck").lock().await.unwrap();
+    let ask = format!("{BIN} --url {} force-unlock stuck", server.url());
+
+    // Asked about `first`; meanwhile `first` lets go and `second` takes it: a yes about
+    // `first` must not take the lock from `second`.
+    let changed = Pane::start(&ask);
+    changed.until(Duration::from_secs(10), "the question", |s| {
+        s.contains("Force-unlock stuck (lock) held by first@") && s.contains("[y/N]")
+    });
+    guard.unlock().await.unwrap();
+    let taken = second.get_lock("stuck").lock().await.unwrap();
+    changed.keys(&["y", "Enter"]);
+    assert_eq!(changed.exit(Duration::from_secs(5)), 5);
+    changed.until(
+        Duration::from_secs(5),
+        "the refusal naming the new holder",
+        |s| s.contains("the holders changed while you decided: now stuck (lock) held by second@"),
+    );
+    let now = second.get_lock("stuck").snapshot().await.unwrap();
+    assert_eq!(now.holders.len(), 1, "{now:?}");
+    assert_eq!(
+        now.holders[0].client,
+        Some(second.id()),
+        "still held by second"
+    );
+    assert!(!taken.is_lost(), "second's guard was told its hold is lost");
+
+    // Released meanwhile, and nobody took it: nothing to unlock, exit 1.
+    let released = Pane::start(&ask);
+    released.until(Duration::from_secs(10), "the question", |s| {
+        s.contains("held by second@") && s.contains("[y/N]")
+    });
+    taken.unlock().await.unwrap();
+    released.keys(&["y", "Enter"]);
+    assert_eq!(released.exit(Duration::from_secs(5)), 1);
+    released.until(Duration::from_secs(5), "nothing to unlock", |s| {
+        s.contains("stuck was released meanwhile: nothing to unlock")
+    });
 }
 
 #[test]

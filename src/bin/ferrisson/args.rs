@@ -9,13 +9,19 @@ Credentials: in the URL (redis://USER:PASSWORD@host:port), or from the environme
 FERRISSON_USERNAME and FERRISSON_PASSWORD (used for every URL that carries none; they keep
 the password out of `ps` and the shell's history).
 
+Identity: the tool's client records itself as `ferrisson-cli` (a `ferrisson_client:*` key
+while it runs), so it shows in `clients`; --no-identity (or FERRISSON_NO_IDENTITY=1) writes
+none, for an ACL user that may not write those keys.
+
 Exit codes:
   0  done (inspect: the object is free, or nothing is under the name)
-  1  inspect: the object is held; force-unlock: nothing was held
-  2  usage error: a bad option, name or URL
+  1  inspect: the object is held; force-unlock: nothing was held (or it was released while
+     you decided)
+  2  usage error: a bad option, name or URL; watch: no terminal, or the terminal failed
   3  cannot connect, or Redis answered an error
   4  the name is not of a kind the command handles (force-unlock on a semaphore, say)
-  5  force-unlock declined, or no terminal to ask on (pass --yes)";
+  5  force-unlock declined, no terminal to ask on (pass --yes), or the holders changed while
+     you decided (nothing unlocked: run it again)";
 
 /// Look into ferrisson's (and Redisson's) locks in Redis: who holds what, who waits, which
 /// clients are alive; free a stuck lock.
@@ -52,6 +58,17 @@ pub(crate) struct Server {
     /// Seconds to wait for a connection, and for each reply
     #[arg(long, global = true, value_name = "SECS", default_value = "5", value_parser = seconds)]
     pub(crate) timeout: Duration,
+    /// Record no identity of the tool's own client (no `ferrisson_client:*` key): for an ACL
+    /// user without write access to those keys; the tool then does not show in `clients`
+    // Falsey parsing: `FERRISSON_NO_IDENTITY=0` (or `false`, `no`, empty) leaves it off, and
+    // anything else turns it on, as a shell user expects of a `=1` switch.
+    #[arg(
+        long,
+        global = true,
+        env = "FERRISSON_NO_IDENTITY",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub(crate) no_identity: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,7 +102,8 @@ pub(crate) enum Command {
         json: bool,
     },
     /// A full-screen table of the objects matching PATTERN and the live clients, refreshed
-    /// like top; q, Esc or Ctrl-C quits
+    /// like top; q, Esc or Ctrl-C quits (so do SIGINT, SIGTERM, SIGHUP and SIGQUIT), giving
+    /// the terminal back
     Watch {
         /// A glob matched against object names, as for `list`
         #[arg(default_value = "*")]
@@ -95,6 +113,13 @@ pub(crate) enum Command {
         interval: Duration,
     },
     /// Free a lock or read-write lock whoever holds it, after saying who does and asking
+    ///
+    /// It reads the object, says who holds it, asks (unless --yes), then reads it again: if
+    /// the holders (their owners, a read-write lock's mode) or the kind changed meanwhile, it
+    /// unlocks nothing and exits 5, showing the new holders. A window of milliseconds remains
+    /// between that second read and the unlock, which the library does unconditionally; a
+    /// holder that took the lock within it is told by its guard's `lost()` like any forced
+    /// holder.
     #[command(name = "force-unlock")]
     ForceUnlock {
         /// The lock's name

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::commands::print_json;
 use crate::fail::{Code, Failure};
 use crate::holds::{Hold, Wait, holds, kind, waits};
-use crate::text::{print, span};
+use crate::text::{clean, print, span};
 use crate::who::{Directory, identity_json};
 
 /// What one client (`None`: owners of no live client) holds and waits for.
@@ -64,6 +64,8 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
                 span(c.age),
                 held.to_string(),
             ]
+            // What a client records comes from Redis.
+            .map(|cell| clean(&cell).into_owned())
         })
         .collect();
     let mut widths = header.clone().map(|h| h.len());
@@ -99,13 +101,18 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
              clients, or identities off):"
         );
         for (hold, snapshot) in &unknown.holds {
-            let _ = writeln!(out, "    {} holds {}", hold.owner, held(hold, snapshot));
+            let _ = writeln!(
+                out,
+                "    {} holds {}",
+                clean(&hold.owner),
+                held(hold, snapshot)
+            );
         }
         for (wait, snapshot) in &unknown.waits {
             let _ = writeln!(
                 out,
                 "    {} waits for {}",
-                wait.owner,
+                clean(&wait.owner),
                 waited(wait, snapshot)
             );
         }
@@ -113,7 +120,7 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
     out
 }
 
-/// `orders:42 (lock, 2 holds, lease 27.5s left)`.
+/// `orders:42 (lock, 2 holds, lease 27.5s left)`, [`clean`].
 fn held(hold: &Hold, snapshot: &Snapshot) -> String {
     let mut parts = vec![kind(snapshot).to_owned()];
     if !hold.side.is_empty() {
@@ -128,12 +135,12 @@ fn held(hold: &Hold, snapshot: &Snapshot) -> String {
         None if hold.side == "read" => parts.push("its own lease ran out".to_owned()),
         None => {}
     }
-    format!("{} ({})", hold.object, parts.join(", "))
+    format!("{} ({})", clean(&hold.object), parts.join(", "))
 }
 
-/// `reports:nightly (fair, in line, 1 of 2)`.
+/// `reports:nightly (fair, in line, 1 of 2)`, [`clean`].
 fn waited(wait: &Wait, snapshot: &Snapshot) -> String {
-    format!("{} ({}, {})", wait.object, kind(snapshot), wait.how)
+    format!("{} ({}, {})", clean(&wait.object), kind(snapshot), wait.how)
 }
 
 fn hold_json(hold: &Hold, snapshot: &Snapshot) -> Value {

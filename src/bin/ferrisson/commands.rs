@@ -8,7 +8,7 @@ use crate::args::Kind;
 use crate::fail::{Code, Failure};
 use crate::holds::{is_held, parties};
 use crate::table::{render, row};
-use crate::text::print;
+use crate::text::{clean, print};
 use crate::who::{Directory, enrich};
 
 /// `inspect NAME [--kind K] [--json]`: exit 1 when held, 0 when free or absent.
@@ -66,7 +66,7 @@ pub(crate) async fn list(client: &Client, pattern: &str, json: bool) -> Result<C
         enrich(&mut value, &who);
         print_json(&value)?;
     } else if found.is_empty() {
-        print(&format!("no object matches `{pattern}`\n"));
+        print(&format!("no object matches `{}`\n", clean(pattern)));
     } else {
         let rows: Vec<_> = found.iter().map(|s| row(s, &who)).collect();
         print(&(render(&rows, None).join("\n") + "\n"));

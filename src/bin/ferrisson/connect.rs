@@ -1,7 +1,8 @@
 //! The tool's own client: connected as the library connects (one URL, Cluster seeds, or
 //! sentinels and a master name), credentials from the URL or the environment. It holds
 //! nothing, and records its identity as `ferrisson-cli`, so an operator's session shows as
-//! what it is in `clients`.
+//! what it is in `clients`; `--no-identity` turns that off for an ACL user that may not write
+//! identities.
 
 use ferrisson::Client;
 
@@ -16,6 +17,7 @@ pub(crate) async fn connect(server: &Server) -> Result<Client, Failure> {
     let login = Login::from_env();
     let builder = Client::builder()
         .app_name(APP)
+        .identity(!server.no_identity)
         .connection_timeout(server.timeout)
         .response_timeout(server.timeout);
     let builder = match (&server.cluster[..], &server.sentinel[..], &server.master) {
@@ -57,18 +59,35 @@ fn with_scheme(address: &str) -> String {
     }
 }
 
-/// `url` with the password (if any) left out.
+/// `url` with the password (if any) left out: the login is everything of the authority (up to
+/// the first `/` after `://`) before its *last* `@`, since an unencoded `@` in a password is
+/// common and must not split it; a socket URL's `pass=`/`password=` parameter is hidden too.
 fn without_password(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((login, host)) => match login.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                None => format!("{scheme}://{login}@{host}"),
-            },
-            None => url.to_owned(),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((login, host)) => match login.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{login}@{host}"),
         },
-        None => url.to_owned(),
-    }
+        None => authority.to_owned(),
+    };
+    let path = match path.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => path.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
 }
 
 /// Credentials from the environment: `FERRISSON_USERNAME`, `FERRISSON_PASSWORD`.
@@ -167,6 +186,21 @@ mod tests {
             "redis://u:***@h:1"
         );
         assert_eq!(without_password("redis://h:1"), "redis://h:1");
+        // An `@` in the password: all of it goes, up to the authority's last `@`.
+        assert_eq!(without_password("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(
+            without_password("redis://u:p@s@s@h:6379/2"),
+            "redis://u:***@h:6379/2"
+        );
+        assert_eq!(without_password("rediss://:p@ss@h"), "rediss://:***@h");
+        assert_eq!(without_password("redis://u@h/0"), "redis://u@h/0");
+        // An `@` after the authority is no login.
+        assert_eq!(without_password("redis://h:1/x@y"), "redis://h:1/x@y");
+        assert_eq!(
+            without_password("unix:///run/r.sock?user=ops&pass=p@ss&db=1"),
+            "unix:///run/r.sock?user=ops&pass=***&db=1"
+        );
+        assert_eq!(without_password("h:1"), "h:1");
         assert_eq!(with_scheme("10.0.0.1:7000"), "redis://10.0.0.1:7000");
     }
 }

@@ -10,19 +10,23 @@ pub(crate) enum Code {
     Done = 0,
     /// `inspect`: held; `force-unlock`: nothing was held.
     Held = 1,
-    /// A bad option, name or URL.
+    /// A bad option, name or URL; `watch` without a usable terminal.
     Usage = 2,
     /// No connection, or Redis answered an error.
     Redis = 3,
     /// The name is of a kind the command does not handle.
     WrongKind = 4,
-    /// `force-unlock` declined, or no terminal to ask on.
+    /// `force-unlock` declined, no terminal to ask on, or the holders changed meanwhile.
     Declined = 5,
 }
 
 impl Code {
     /// `force-unlock`: nothing was held (the code `inspect` gives a held object).
     pub(crate) const NOTHING_HELD: Code = Code::Held;
+    /// `watch`: no terminal, or the terminal failed under it. With the usage errors: the
+    /// command cannot run where it was started (no terminal is checked before connecting),
+    /// and 3 means the server.
+    pub(crate) const TERMINAL: Code = Code::Usage;
 
     pub(crate) fn exit(self) -> std::process::ExitCode {
         std::process::ExitCode::from(self as u8)
@@ -63,6 +67,13 @@ impl From<Error> for Failure {
                 Code::Redis,
                 "is the server up and reachable? point --url (or FERRISSON_URL), --cluster or \
                  --sentinel/--master at it",
+            ),
+            // The tool's identity is written when it connects: an operator's user that may
+            // only read identities gets this before any command runs.
+            Error::PermissionDenied { what, .. } if what.contains("client_identity") => (
+                Code::Redis,
+                "the ACL user may not write the tool's identity (`ferrisson_client:*`): pass \
+                 --no-identity (or set FERRISSON_NO_IDENTITY=1)",
             ),
             Error::PermissionDenied { .. } => (
                 Code::Redis,

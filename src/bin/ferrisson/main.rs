@@ -41,7 +41,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code.exit(),
         Err(failure) => {
-            let _ = writeln!(std::io::stderr(), "ferrisson: {}", failure.message);
+            // The message may carry a name or a server's reply: no raw control characters.
+            let message = text::clean(&failure.message);
+            let _ = writeln!(std::io::stderr(), "ferrisson: {message}");
             failure.code.exit()
         }
     }

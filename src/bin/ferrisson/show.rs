@@ -9,10 +9,11 @@ use ferrisson::inspect::{
 };
 
 use crate::holds::lock_kind;
-use crate::text::{from_now, span};
+use crate::text::{clean, from_now, span};
 use crate::who::Directory;
 
-/// The snapshot as text, a line per fact.
+/// The snapshot as text, a line per fact. Every line is [`clean`] as it is written: names,
+/// owners, permit ids and identities come from Redis.
 pub(crate) fn snapshot(snapshot: &Snapshot, who: &Directory) -> String {
     let mut out = String::new();
     let name = snapshot.name();
@@ -71,11 +72,11 @@ pub(crate) fn snapshot(snapshot: &Snapshot, who: &Directory) -> String {
 }
 
 fn line(out: &mut String, name: &str, what: &str) {
-    let _ = writeln!(out, "{name}: {what}");
+    let _ = writeln!(out, "{}: {}", clean(name), clean(what));
 }
 
 fn field(out: &mut String, label: &str, value: impl AsRef<str>) {
-    let _ = writeln!(out, "  {label:<12} {}", value.as_ref());
+    let _ = writeln!(out, "  {label:<12} {}", clean(value.as_ref()));
 }
 
 fn listening(connections: u64) -> String {

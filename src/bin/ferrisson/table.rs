@@ -4,7 +4,7 @@
 use ferrisson::inspect::Snapshot;
 
 use crate::holds::{count, holds, kind, lease, waiting};
-use crate::text::{fit, span};
+use crate::text::{clean, fit, span};
 use crate::who::Directory;
 
 const HEADER: [&str; 5] = ["NAME", "KIND", "LEASE", "WAIT", "HELD BY"];
@@ -14,7 +14,8 @@ const GAP: &str = "  ";
 pub(crate) type Row = [String; 5];
 
 /// The row of `snapshot`: holders by their client's identity (`app@host:pid`; `w:`/`r:` on a
-/// read-write lock, `×n` for reentrant holds), a count-like object's count instead.
+/// read-write lock, `×n` for reentrant holds), a count-like object's count instead. Every cell
+/// is [`clean`]: names and holders come from Redis.
 pub(crate) fn row(snapshot: &Snapshot, who: &Directory) -> Row {
     let held: Vec<String> = holds(snapshot)
         .iter()
@@ -43,6 +44,7 @@ pub(crate) fn row(snapshot: &Snapshot, who: &Directory) -> Row {
         waiting(snapshot).to_string(),
         held,
     ]
+    .map(|cell| clean(&cell).into_owned())
 }
 
 /// The header and `rows` as lines, each at most `width` characters when given (names and

@@ -1,6 +1,7 @@
-//! Small pieces of human-readable text: spans of time, the time of day, output that survives a
-//! closed pipe.
+//! Small pieces of human-readable text: spans of time, the time of day, text from Redis made
+//! safe for a terminal, output that survives a closed pipe.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +55,31 @@ pub(crate) fn fit(text: &str, width: usize) -> String {
     cut
 }
 
+/// `text` safe to show on a terminal: every control character written as Rust writes it in a
+/// string literal (`\u{1b}`, `\n`), and the bidirectional overrides too (`\u{202e}`), which
+/// reorder what follows them on screen. Key names, owners and identities come from Redis,
+/// where anyone with write access puts any bytes: raw, an ESC could retitle the window, move
+/// the cursor or rewrite the lines above, and a newline could forge a row of a table. Escaped
+/// text has no control character left, so escaping twice changes nothing. JSON output does not
+/// pass through this: it is for programs, which need the names exactly (serde_json writes the
+/// characters below U+0020 as `\u00XX` escapes).
+pub(crate) fn clean(text: &str) -> Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Writes `text` to stdout. A reader that went away (`| head`) is no error of ours: the rest
 /// is dropped quietly, and the exit code stays what the command found.
 pub(crate) fn print(text: &str) {
@@ -80,6 +106,16 @@ mod tests {
         }
         assert_eq!(from_now(4_200), "in 4.2s");
         assert_eq!(from_now(-1_100), "1.1s ago");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert!(matches!(clean("orders:42 ×2 …"), Cow::Borrowed(_)));
+        let evil = "a\x1b]0;pwned\x07\nb\u{9b}c\u{202e}d\te";
+        let shown = clean(evil);
+        assert_eq!(shown, r"a\u{1b}]0;pwned\u{7}\nb\u{9b}c\u{202e}d\te");
+        assert!(!shown.chars().any(char::is_control));
+        assert_eq!(clean(&shown), shown, "escaping twice changes nothing");
     }
 
     #[test]

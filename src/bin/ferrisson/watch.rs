@@ -1,18 +1,19 @@
 //! `watch [PATTERN] [--interval SECS]`: the list table and the live clients, refreshed like
-//! `top` until q, Esc or Ctrl-C (or SIGTERM, or the terminal going away).
+//! `top` until q, Esc or Ctrl-C (or SIGINT, SIGTERM, SIGHUP or SIGQUIT, or the terminal going
+//! away).
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use ferrisson::Client;
 use ferrisson::inspect::Snapshot;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::fail::{Code, Failure};
 use crate::holds::{holds, is_held, waiting};
 use crate::screen::{Key, Keys, Line, Screen};
 use crate::table::{render, row};
-use crate::text::{clock_utc, fit, span};
+use crate::text::{clean, clock_utc, fit, span};
 use crate::who::Directory;
 
 /// What the screen shows: the last read, and the last refresh's failure if it failed.
@@ -33,7 +34,7 @@ pub(crate) fn needs_terminal() -> Result<(), Failure> {
         return Ok(());
     }
     Err(Failure::new(
-        Code::Usage,
+        Code::TERMINAL,
         "watch draws on a terminal, and stdin or stdout is none; `ferrisson list` prints the \
          same table once",
     ))
@@ -57,10 +58,10 @@ pub(crate) async fn watch(
         read_at: clock_utc(),
         failed: None,
     };
-    let terminal =
-        |e: std::io::Error| Failure::new(Code::Redis, format!("cannot draw on the terminal: {e}"));
-    let mut term = signal(SignalKind::terminate()).map_err(terminal)?;
-    let mut hangup = signal(SignalKind::hangup()).map_err(terminal)?;
+    let terminal = |e: std::io::Error| {
+        Failure::new(Code::TERMINAL, format!("cannot draw on the terminal: {e}"))
+    };
+    let mut signals = Quitting::listen().map_err(terminal)?;
     let mut screen = Screen::enter().map_err(terminal)?;
     let mut keys = Keys::start();
     loop {
@@ -68,8 +69,7 @@ pub(crate) async fn watch(
         let key = tokio::select! {
             key = keys.next() => Some(key),
             _ = tokio::time::sleep(interval) => None,
-            _ = term.recv() => Some(Key::Quit),
-            _ = hangup.recv() => Some(Key::Quit),
+            () = signals.recv() => Some(Key::Quit),
         };
         match key {
             Some(Key::Quit) => break,
@@ -81,12 +81,44 @@ pub(crate) async fn watch(
         tokio::select! {
             biased;
             key = keys.next() => if key == Key::Quit { break },
+            () = signals.recv() => break,
             read = read(client, pattern) => view.update(read),
         }
     }
     drop(keys);
     drop(screen);
     Ok(Code::Done)
+}
+
+/// The signals that end `watch`: SIGINT, SIGTERM, SIGHUP, SIGQUIT. In raw mode Ctrl-C is a
+/// key, not SIGINT, so these come from outside (`kill`, a closed session). Handled, each ends
+/// the loop and the terminal is given back before the exit; their default action would kill
+/// the process with the terminal left raw, on the alternate screen.
+struct Quitting(Vec<Signal>);
+
+impl Quitting {
+    fn listen() -> std::io::Result<Quitting> {
+        let kinds = [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ];
+        kinds
+            .into_iter()
+            .map(signal)
+            .collect::<std::io::Result<_>>()
+            .map(Quitting)
+    }
+
+    /// Returns when one of them arrives (or never, should the first to answer have no more
+    /// to give: tokio ends a signal stream only with its runtime).
+    async fn recv(&mut self) {
+        let each = self.0.iter_mut().map(|s| Box::pin(s.recv()));
+        if futures::future::select_all(each).await.0.is_none() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 async fn read(client: &Client, pattern: &str) -> ferrisson::Result<(Vec<Snapshot>, Directory)> {
@@ -106,10 +138,12 @@ impl View<'_> {
     }
 
     /// The screen's lines for a terminal `width` × `height`: a header, a summary, the table,
-    /// then the clients if they fit below it.
+    /// then the clients if they fit below it. Every line is [`clean`] before it is cut: names,
+    /// identities and a server's error come from Redis, and a control character drawn raw
+    /// would move the cursor or retitle the window.
     fn lines(&self, (width, height): (usize, usize)) -> Vec<Line> {
         let plain = |text: String| Line {
-            text: fit(&text, width),
+            text: fit(&clean(&text), width),
             strong: false,
         };
         let title = format!(
@@ -122,7 +156,7 @@ impl View<'_> {
         let quit = "q: quit ";
         let room = width.saturating_sub(quit.len());
         let mut lines = vec![Line {
-            text: format!("{:<room$}{quit}", fit(&title, room)),
+            text: format!("{:<room$}{quit}", fit(&clean(&title), room)),
             strong: true,
         }];
         lines.push(plain(match &self.failed {
@@ -185,8 +219,8 @@ impl View<'_> {
             let name = format!("{}@{}:{}{this}", c.app, c.host, c.pid);
             lines.push(format!(
                 "{:<30} {:<8} {:<7} {:<6} {}",
-                fit(&name, 30),
-                c.version,
+                fit(&clean(&name), 30),
+                clean(&c.version),
                 span(c.age),
                 held,
                 c.id

@@ -7,7 +7,7 @@ use ferrisson::{Client, ClientIdentity};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::text::span;
+use crate::text::{clean, span};
 
 /// The identities known for this command, by client id.
 #[derive(Debug, Default)]
@@ -56,20 +56,22 @@ impl Directory {
     }
 
     /// `app@host:pid`; `?1b4e28ba` for a client without a live identity; the owner itself when
-    /// it names no client.
+    /// it names no client. [`clean`]: what a client records, and owners, come from Redis.
     pub(crate) fn short(&self, client: Option<Uuid>, owner: &str) -> String {
-        match client {
+        let text = match client {
             Some(id) => match self.get(id) {
                 Some(c) => format!("{}@{}:{}", c.app, c.host, c.pid),
                 None => format!("?{}", &id.simple().to_string()[..8]),
             },
             None => owner.to_owned(),
-        }
+        };
+        clean(&text).into_owned()
     }
 
-    /// `billing@web-3 pid 4242, client 1b4e…, up 3m12s`, or why there is no identity.
+    /// `billing@web-3 pid 4242, client 1b4e…, up 3m12s`, or why there is no identity;
+    /// [`clean`], as [`short`](Self::short).
     pub(crate) fn long(&self, client: Option<Uuid>, owner: &str) -> String {
-        match client {
+        let text = match client {
             Some(id) => match self.get(id) {
                 Some(c) => format!(
                     "{}@{} pid {} (client {id}, ferrisson {}, up {})",
@@ -85,7 +87,8 @@ impl Directory {
                 ),
             },
             None => format!("owner `{owner}`, which names no client id"),
-        }
+        };
+        clean(&text).into_owned()
     }
 }
 
