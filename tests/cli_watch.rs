@@ -54,6 +54,8 @@ impl Pane {
             exit.display(),
             stty.display()
         );
+        // As the server: installed as root when missing, else a failure saying how.
+        support::server::ensure_program("tmux", "these tests drive the tool in a real terminal");
         let pane = Pane { socket, dir };
         pane.tmux(&[
             "-f",
