@@ -65,7 +65,10 @@ fn nothing_recording_costs_no_allocation() {
         fewest = fewest.min(dhat::HeapStats::get().total_blocks - before);
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(fewest, 0, "every cycle allocated; the least: {fewest} block(s)");
+    assert_eq!(
+        fewest, 0,
+        "every cycle allocated; the least: {fewest} block(s)"
+    );
 }
 
 #[cfg(feature = "metrics")]
