@@ -276,10 +276,10 @@ async fn sentinels_name_a_new_master_when_the_master_is_killed() {
     println!("sentinel test took {:?}", started.elapsed());
 }
 
-/// A TLS test skips only for a server that said it has no TLS; a missing binary, a bad setting
-/// or a crash is no reason to skip.
+/// A TLS test moves to a server with TLS only when its own said it has none; a missing binary,
+/// a bad setting or a crash fails it where it is.
 #[test]
-fn only_a_server_without_tls_lets_a_tls_test_skip() {
+fn only_a_server_that_says_it_has_no_tls_sends_a_tls_test_elsewhere() {
     use support::server::says_no_tls;
     for no_tls in [
         "# Missing implement of connection type tls\n# Failed finding TLS support.",

@@ -98,23 +98,23 @@ pub fn cli_binary() -> PathBuf {
 /// binary's path: for messages that name the server a test ran on.
 pub fn server_version() -> String {
     static VERSION: OnceLock<String> = OnceLock::new();
-    VERSION
-        .get_or_init(|| {
-            let binary = server_binary();
-            let version = Command::new(&binary)
-                .arg("--version")
-                .output()
-                .ok()
-                .and_then(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .next()
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| "version unknown".to_owned());
-            format!("{} ({version})", binary.display())
+    VERSION.get_or_init(|| version_of(&server_binary())).clone()
+}
+
+/// What `binary --version` says first, after the binary's path.
+pub fn version_of(binary: &Path) -> String {
+    let version = Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned)
         })
-        .clone()
+        .unwrap_or_else(|| "version unknown".to_owned());
+    format!("{} ({version})", binary.display())
 }
 
 /// Makes sure the server binary is there. A server chosen with `FERRISSON_SERVER` must exist

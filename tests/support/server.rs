@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// A server process of the test's own ([`server_binary`]).
 pub struct RedisServer {
+    /// The binary it runs: [`server_binary`], or for TLS one that has it ([`start_tls`](Self::start_tls)).
+    binary: PathBuf,
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
@@ -64,38 +66,45 @@ impl RedisServer {
 
     /// Starts a server that also listens with TLS on a second port, with a certificate for
     /// 127.0.0.1 signed by a CA made for this server ([`ca_pem`](Self::ca_pem)). The plain
-    /// port stays open for readiness checks and raw access. Panics when the server binary has
-    /// no TLS; [`start_tls_or_skip`](Self::start_tls_or_skip) skips then.
+    /// port stays open for readiness checks and raw access.
+    ///
+    /// It never skips. TLS is a build option of the server: when `FERRISSON_SERVER` names one
+    /// built without it (the Valkey 8 and Redis 6.2 wheels of `.ci/servers`; it says so when
+    /// started with `--tls-port`, see [`says_no_tls`]), the TLS test runs against
+    /// `redis-server` from `PATH` instead, installed as the default server is when missing, and
+    /// says so on stderr: what the TLS tests test is the client's TLS. A default server
+    /// without TLS, or any other failure to start, fails the test saying how to get one.
     pub fn start_tls() -> Self {
-        Self::try_start_tls().unwrap_or_else(|why| panic!("{why}"))
-    }
-
-    /// As [`start_tls`](Self::start_tls), but `None` when the server binary was built without
-    /// TLS (it said so when started with `--tls-port`; see [`says_no_tls`]): the test `test`
-    /// is then skipped, loudly (a `SKIPPED <test>: ...` line on stderr, which `cargo test` does
-    /// not capture), naming the binary and the reason. Nothing else skips: a missing server
-    /// binary fails the test with the command that installs it ([`ensure_redis_server`], called
-    /// before any start), any other failure to start panics as in `start_tls`, and with
-    /// `FERRISSON_REQUIRE_TLS=1` (set by `.ci/run` for Debian's Redis, which has TLS) a server
-    /// without TLS fails the test instead of skipping it.
-    pub fn start_tls_or_skip(test: &str) -> Option<Self> {
-        match Self::try_start_tls() {
-            Ok(server) => Some(server),
-            Err(why) => {
-                if std::env::var("FERRISSON_REQUIRE_TLS").is_ok_and(|v| v == "1") {
-                    panic!("{why} (FERRISSON_REQUIRE_TLS=1: a TLS test may not be skipped)");
-                }
-                // Straight to the process's stderr: the test harness captures `eprintln!` of
-                // a passing test, and a skip must be seen.
-                let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-                None
-            }
+        let why = match Self::try_start_tls(server_binary()) {
+            Ok(server) => return server,
+            Err(why) => why,
+        };
+        if !server_chosen() {
+            panic!(
+                "{why}; the TLS tests need a server built with TLS: install Debian's \
+                 (sudo apt-get install -y redis-server) or point {SERVER_VAR} at one"
+            );
         }
+        ensure_program(
+            "redis-server",
+            &format!("the TLS tests need a server with TLS, which {SERVER_VAR}'s lacks"),
+        );
+        let with_tls = PathBuf::from("redis-server");
+        // Straight to the process's stderr: the harness captures `eprintln!` of a passing test.
+        let _ = writeln!(
+            std::io::stderr(),
+            "{why}: the TLS test runs against {} instead",
+            version_of(&with_tls)
+        );
+        Self::try_start_tls(with_tls).unwrap_or_else(|why| {
+            panic!("{why}; install a redis-server built with TLS (sudo apt-get install -y redis-server)")
+        })
     }
 
     /// A TLS server, or why the binary cannot be one.
-    fn try_start_tls() -> Result<Self, String> {
+    fn try_start_tls(binary: PathBuf) -> Result<Self, String> {
         Self::start_on_free_ports("the server with TLS", |server| {
+            server.binary = binary.clone();
             make_certificates(&server.dir);
             let tls_port = pick_port(false);
             let dir = server.dir.display().to_string();
@@ -124,7 +133,7 @@ impl RedisServer {
                 .join(" / ");
             format!(
                 "{} has no TLS support: started with --tls-port it exited saying: {said}",
-                server_version()
+                version_of(&binary)
             )
         })
     }
@@ -139,6 +148,7 @@ impl RedisServer {
     ) -> Result<Self, String> {
         ensure_redis_server();
         let mut failures = String::new();
+        let mut binary = server_binary();
         for _ in 0..5 {
             let port = pick_port(false);
             let dir =
@@ -146,6 +156,7 @@ impl RedisServer {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).expect("cannot create the server's directory");
             let mut server = RedisServer {
+                binary: server_binary(),
                 child: None,
                 port,
                 dir,
@@ -153,6 +164,7 @@ impl RedisServer {
                 tls_port: None,
             };
             configure(&mut server);
+            binary = server.binary.clone();
             match server.spawn() {
                 Spawned::Up => return Ok(server),
                 Spawned::Exited(output) if says_no_tls(&output) => return Err(output),
@@ -167,7 +179,7 @@ impl RedisServer {
         }
         panic!(
             "{what} ({}) did not start on any of 5 ports:{failures}",
-            server_version()
+            version_of(&binary)
         );
     }
 
@@ -189,7 +201,7 @@ impl RedisServer {
     fn spawn(&mut self) -> Spawned {
         let log = self.dir.join("redis.log");
         let stderr = std::fs::File::create(self.dir.join("stderr")).expect("the stderr file");
-        let child = Command::new(server_binary())
+        let child = Command::new(&self.binary)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
@@ -200,7 +212,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", server_binary().display()));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -220,7 +232,7 @@ impl RedisServer {
             assert!(
                 Instant::now() < deadline,
                 "{} on port {} never answered PING within 20 s; its output:\n{}",
-                server_version(),
+                version_of(&self.binary),
                 self.port,
                 self.output()
             );
