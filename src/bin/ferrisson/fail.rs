@@ -75,6 +75,11 @@ impl From<Error> for Failure {
                 "the ACL user may not write the tool's identity (`ferrisson_client:*`): pass \
                  --no-identity (or set FERRISSON_NO_IDENTITY=1)",
             ),
+            Error::PermissionDenied { what, .. } if what.contains("ferrisson_client:") => (
+                Code::Redis,
+                "the ACL user may not read client identities: `list`, `clients` and `watch` \
+                 need ~ferrisson_client:* (read-only %R~ is enough on Redis 7)",
+            ),
             Error::PermissionDenied { .. } => (
                 Code::Redis,
                 "the ACL user lacks a permission: `list`, `clients` and `watch` need +scan \

@@ -25,12 +25,22 @@ impl Directory {
 
     /// The identities of `ids` only, one read each (no `SCAN`: an ACL user without `+scan`
     /// can still `inspect`).
+    ///
+    /// A user that may not read identities still inspects: the holders are shown by client id,
+    /// and a line on stderr says why.
     pub(crate) async fn of(client: &Client, ids: &[Uuid]) -> ferrisson::Result<Self> {
         let read = futures::future::try_join_all(ids.iter().map(|id| client.identity_of(*id)));
-        Ok(Self::of_list(
-            client,
-            read.await?.into_iter().flatten().collect(),
-        ))
+        match read.await {
+            Ok(found) => Ok(Self::of_list(client, found.into_iter().flatten().collect())),
+            Err(ferrisson::Error::PermissionDenied { .. }) => {
+                eprintln!(
+                    "ferrisson: this ACL user may not read client identities \
+                     (~ferrisson_client:*, read-only %R~ on Redis 7): holders are shown by client id"
+                );
+                Ok(Self::of_list(client, Vec::new()))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn of_list(client: &Client, list: Vec<ClientIdentity>) -> Self {
