@@ -335,28 +335,7 @@ impl Client {
 
 /// The identities on the master that serves `slot`, aged by that master's clock.
 async fn identities_on(executor: &Executor, slot: u16) -> Result<Vec<ClientIdentity>> {
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(PATTERN)
-            .arg("COUNT")
-            .arg(1000);
-        let (next, found): (u64, Vec<Vec<u8>>) = executor
-            .read_on_slot(&scan, slot, "SCAN ferrisson_client:*")
-            .await?;
-        // A key name that is not UTF-8 holds no identity: no client writes one.
-        keys.extend(found.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    // SCAN may name a key twice (the keyspace was resized under it).
-    keys.sort_unstable();
-    keys.dedup();
+    let keys = executor.scan_on_slot(slot, PATTERN).await?;
     let now = server_ms(executor, slot).await?;
     let reads = keys
         .iter()

@@ -8,10 +8,6 @@ use super::keys::{Glob, names, object_of};
 use crate::Client;
 use crate::core::Core;
 use crate::error::{Error, Result};
-use crate::script::Executor;
-
-/// Keys asked per `SCAN` call: a few hundred microseconds of the server's time each.
-const SCAN_COUNT: u32 = 1000;
 
 /// Inspections in flight at once: enough to keep the connection busy, few enough that a
 /// keyspace of many objects does not queue them all at once.
@@ -69,7 +65,7 @@ async fn matching(core: &Core, pattern: &str) -> Result<Vec<Snapshot>> {
             .master_slots()
             .await?
             .into_iter()
-            .map(|slot| keys_on(executor, slot, &wide)),
+            .map(|slot| executor.scan_on_slot(slot, &wide)),
     )
     .await?;
     let found = keys.into_iter().flatten().flat_map(|k| object_of(&k));
@@ -124,29 +120,6 @@ async fn inspect(core: &Core, name: &str) -> Result<Option<Snapshot>> {
             Ok(None)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Every key matching `pattern` on the master that serves `slot` (key names that are not
-/// UTF-8 are no object names, and are left out).
-async fn keys_on(executor: &Executor, slot: u16, pattern: &str) -> Result<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT);
-        let (next, found): (u64, Vec<Vec<u8>>) = executor
-            .read_on_slot(&scan, slot, &format!("SCAN MATCH {pattern}"))
-            .await?;
-        keys.extend(found.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-        if next == 0 {
-            return Ok(keys);
-        }
-        cursor = next;
     }
 }
 

@@ -357,6 +357,32 @@ impl Executor {
         T::from_redis_value(value).map_err(|e| Error::unexpected(format!("{what}: {e}")))
     }
 
+    /// Every key name matching `pattern` on the master that serves `slot` (`SCAN … MATCH`, a
+    /// thousand keys a call, sorted and each once: SCAN may name a key twice when the keyspace
+    /// is resized under it). Names that are not UTF-8 are left out: ferrisson writes none.
+    pub(crate) async fn scan_on_slot(&self, slot: u16, pattern: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, found): (u64, Vec<Vec<u8>>) = self
+                .read_on_slot(&scan, slot, &format!("SCAN MATCH {pattern}"))
+                .await?;
+            keys.extend(found.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+            if next == 0 {
+                keys.sort_unstable();
+                keys.dedup();
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+
     /// One slot served by each master: 0 on one server (a Sentinel's master included), on a
     /// Cluster the first slot of each master's first range in `CLUSTER SLOTS`.
     pub(crate) async fn master_slots(&self) -> Result<Vec<u16>> {
