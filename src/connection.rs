@@ -286,6 +286,10 @@ impl Connection {
         cap: Duration,
     ) -> RedisResult<Value> {
         use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        // As `send`: under a paused clock the cap would fire at once.
+        if crate::clock::paused() {
+            return Err(crate::clock::error());
+        }
         let send = self.with(|conn| async move {
             match conn {
                 Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
