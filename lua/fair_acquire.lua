@@ -21,12 +21,15 @@
 -- ARGV[4]  '1' when the caller waits (joins the queue or refreshes its place), '0' for one try
 -- ARGV[5]  the waiters' channel prefix (redisson_lock__channel:{name}); a waiter's is '<prefix>:<owner>'
 -- ARGV[6]  '1' when the client knows of no live hold of this owner: a hold the server still has
---          for it is stale and is replaced by a fresh grant (a new token)
+--          for it is stale and is replaced by a fresh grant (a new token); '2' for an
+--          acquisition nested in the owner's hold: one more hold, only while the server still
+--          has it (see lock_acquire.lua)
 -- ARGV[7]  the thread wait time W in ms (Redisson's threadWaitTime; the same on every client)
 --
 -- Replies: {1, token} granted anew (the slot counter after its INCR); {2, 0} one more hold;
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
--- waiter is first, how long that waiter keeps its turn (-1: no TTL).
+-- waiter is first, how long that waiter keeps its turn (-1: no TTL); {4, 0} (ARGV[6] = '2' only)
+-- the owner holds nothing here, so the hold the acquisition nests in is gone (nothing written).
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then. A refused command
 -- (an ACL user's) fails with Redis' own error.
 
@@ -58,6 +61,10 @@ local function new_token()
   end
   redis.call('set', KEYS[4], string.format('%d', token))
   return token
+end
+
+if ARGV[6] == '2' and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return {4, 0}
 end
 
 local time = redis.call('time')

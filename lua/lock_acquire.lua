@@ -9,7 +9,10 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  '1' when the client knows of no live hold of this owner: a hold the server still has
 --          for it is stale (a release or repair whose outcome never reached the client) and is
---          replaced by a fresh grant, so a new guard never carries an old token
+--          replaced by a fresh grant, so a new guard never carries an old token; '2' for an
+--          acquisition nested in the owner's hold: one more hold of it, and only while the
+--          server still has it (a hold forced open or deleted is never granted afresh under
+--          the old owner: the reply says it is lost)
 -- ARGV[4]  (optional) '1' when the owner has waited past the client's starvation threshold
 -- ARGV[5]  (with ARGV[4]) how long the starving set lives without a new entry, in ms
 --
@@ -35,6 +38,8 @@
 --               the token of its first grant
 --   -2 - pttl   held by another owner; pttl is the lock's remaining TTL in ms, -1 without TTL
 --               (so -1: no TTL; -2 - n: n ms left)
+--   {4, 0}      (ARGV[3] = '2' only) the owner holds nothing here: the hold the acquisition
+--               nests in is gone; nothing was written
 -- Errors: WRONGTYPE when a key holds another type. The lock is never changed then (the
 -- counter's SET is the first write: a server refusing writes refuses it); the slot's counter
 -- may have moved up to the clock, which costs no guarantee.
@@ -51,6 +56,9 @@ if pttl ~= -2 then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. redis.call('type', KEYS[1]).ok)
   end
   if mine == 0 then
+    if ARGV[3] == '2' then
+      return {4, 0}
+    end
     if ARGV[4] == '1' then
       -- Errors (a key of another type) are ignored: the owner just waits unmarked.
       if redis.replicate_commands then
@@ -67,6 +75,9 @@ if pttl ~= -2 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0
   end
+end
+if ARGV[3] == '2' then
+  return {4, 0}
 end
 
 -- A new grant (the lock is free, or holds a stale hold of this owner). Its token is the

@@ -11,7 +11,12 @@
 -- ARGV[2]  the owner's write field (<owner>:write)
 -- ARGV[3]  lease in ms
 -- ARGV[4]  '1' when the client knows of no live read hold of this owner: read holds the server
---          still has for it are stale and are dropped before a fresh grant (a new token)
+--          still has for it are stale and are dropped before a fresh grant (a new token).
+--          For an acquisition nested in a hold of the owner, which must still stand on the
+--          server (else the reply says it is lost and nothing is written): '2' in its read
+--          hold; '3' in its write hold, with no live read hold (read holds the server has are
+--          stale, as with '1'); '4' in its write hold, with live read holds. A read nested in
+--          the write hold draws no token: it carries the write hold's (the client has it).
 --
 -- With KEYS[4], a new reader is refused while a waiting writer's mark lives, so the writer gets
 -- in once the readers inside have left. An owner with live read holds (the client says so: ARGV[4]
@@ -19,7 +24,8 @@
 -- it wait for a writer that waits for it would deadlock both. Without KEYS[4] the script does
 -- exactly what it does for Redisson's policy, and never reads the marks.
 --
--- Replies: {1, token} the owner's first read hold (token from INCR); {2, 0} one more; {0, pttl}
+-- Replies: {1, token} the owner's first read hold ({1, 0} under its write hold: no token drawn);
+-- {2, 0} one more; {4, 0} (ARGV[4] '2', '3' or '4') the hold it nests in is gone; {0, pttl}
 -- write-locked by another owner (pttl -1: no TTL), or, with KEYS[4], a writer's mark holds new
 -- readers back (pttl: how long the longest-living mark lives unless its writer calls again).
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
@@ -35,6 +41,11 @@ if type(counter) == 'table' or (counter and not (string.match(counter, '^%-?%d+$
 end
 
 local mode = redis.call('hget', KEYS[1], 'mode')
+local under_write = ARGV[4] == '3' or ARGV[4] == '4'
+if (ARGV[4] == '2' and redis.call('hexists', KEYS[1], ARGV[1]) == 0)
+    or (under_write and (mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0)) then
+  return {4, 0}
+end
 if kind == 'hash' and not mode then
   -- Another kind of lock (an RLock) holds this name.
   return {0, redis.call('pttl', KEYS[1])}
@@ -64,9 +75,11 @@ end
 
 -- The counter's SET is the first write: if the server refuses writes (OOM, READONLY), nothing
 -- changes.
-local stale = ARGV[4] == '1' and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+local stale = (ARGV[4] == '1' or ARGV[4] == '3') and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 local reply = {2, 0}
-if stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if (stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0) and under_write then
+  reply = {1, 0}
+elseif stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   -- The token: the server's clock in microseconds, or the counter + 1 when the counter is
   -- ahead of it; the counter ends at the token (see lock_acquire.lua).
   -- Redis before 7 replicates a script by its commands only when asked, before any write.

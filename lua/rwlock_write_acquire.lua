@@ -11,7 +11,11 @@
 -- ARGV[3]  owner (its read-hold field)
 -- ARGV[4]  the prefix every owner's timeout keys start with ({name})
 -- ARGV[5]  '1' when the client knows of no live write hold of this owner: a write hold the
---          server still has for it is stale and is replaced by a fresh grant (a new token)
+--          server still has for it is stale and is replaced by a fresh grant (a new token).
+--          For an acquisition nested in a hold of the owner, which must still stand on the
+--          server (else the reply says it is lost, and nothing of the owner's is written): '2' in its write
+--          hold; '3' (no live write hold, as '1') or '4' (a live one) in its read hold, where a
+--          write is an upgrade and refused unless the owner holds the write lock too
 -- ARGV[6]  (with KEYS[3]) '1' when the caller waits if refused: it then leaves or refreshes its
 --          mark, which holds new readers back (see rwlock_read_acquire.lua) until
 --          now + ARGV[7]; a waiting writer calls again well within that, so only a writer that
@@ -22,7 +26,8 @@
 -- hold itself now). Without it, the script does exactly what it does for Redisson's policy.
 --
 -- Replies: {1, token} granted anew; {2, 0} one more write hold; {0, pttl} held by others (pttl -1: no TTL); {3, 0} the owner holds read holds but no
--- write hold: an upgrade would wait for itself for ever, so it is refused.
+-- write hold: an upgrade would wait for itself for ever, so it is refused; {4, 0} (ARGV[5] '2',
+-- '3' or '4') the hold it nests in is gone.
 -- Errors: WRONGTYPE when a key holds another type; nothing is written then.
 
 -- Redis before 7 replicates a script by its commands only when asked, before any write (a
@@ -83,6 +88,16 @@ local function unmark()
 end
 
 local mode = redis.call('hget', KEYS[1], 'mode')
+local under_read = ARGV[5] == '3' or ARGV[5] == '4'
+-- The hold an acquisition nests in must stand (for a read hold, checked again below, once the
+-- read holds that ran out are gone).
+local function nested_gone()
+  return (ARGV[5] == '2' and (mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0))
+      or (under_read and redis.call('hexists', KEYS[1], ARGV[3]) == 0)
+end
+if nested_gone() then
+  return {4, 0}
+end
 if kind == 'hash' and not mode then
   -- Another kind of lock (an RLock) holds this name.
   return refused()
@@ -110,6 +125,11 @@ if mode == 'read' then
   end
 end
 
+if under_read and nested_gone() then
+  return {4, 0}
+end
+local stale = ARGV[5] == '1' or ARGV[5] == '3'
+
 if not mode then
   local token = new_token()
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
@@ -119,7 +139,7 @@ if not mode then
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   local reply = {2, 0}
-  if ARGV[5] == '1' then
+  if stale then
     reply = {1, new_token()}
     redis.call('hset', KEYS[1], ARGV[1], 1)
   else

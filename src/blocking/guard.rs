@@ -133,7 +133,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<T>(&self, work: impl FnOnce() -> T) -> T {
-        self.guard.enter().run_here(work)
+        self.guard.entry().run_here(work)
     }
 
     /// How many holds this guard's acquisition has on the lock (this one and those nested in

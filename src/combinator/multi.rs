@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::combinator::{PartFuture, failures, give_back_all, release_all};
 use crate::error::{Error, Result};
-use crate::lock::scope::Scope;
+use crate::lock::scope::Scoped;
 use crate::lock::{LockGuard, RLock, lease_ms};
 
 /// Several locks, from one or several clients, taken as one: all of them or none.
@@ -241,7 +241,7 @@ impl MultiLock {
         let mut guards = Vec::with_capacity(self.locks.len());
         // One acquisition for all parts: each part is taken inside the scopes of the parts
         // before it, so a lock given twice is one more hold of its first part, not a wait for it.
-        let mut scope = Scope::current();
+        let mut entries = Vec::with_capacity(self.locks.len());
         for (i, lock) in self.locks.iter().enumerate() {
             let lease = lease.filter(|_| i + 1 == self.locks.len());
             let take = async {
@@ -254,13 +254,10 @@ impl MultiLock {
                     }
                 }
             };
-            let take: PartFuture<'_, _> = match &scope {
-                Some(scope) => Box::pin(scope.clone().run(take)),
-                None => Box::pin(take),
-            };
+            let take: PartFuture<'_, _> = Box::pin(Scoped::new(entries.clone(), take));
             match take.await {
                 Ok(Some(guard)) => {
-                    scope = Some(guard.enter_within(scope.take()));
+                    entries.push(guard.entry());
                     guards.push(guard);
                 }
                 Ok(None) => {

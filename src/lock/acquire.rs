@@ -20,7 +20,7 @@ use crate::lock::handover::HandedHold;
 use crate::lock::holder::{Holder, LeaseMode};
 use crate::lock::holds::Holds;
 use crate::lock::in_flight::{InFlight, Queued};
-use crate::lock::ops::Want;
+use crate::lock::ops::{Nested, Want};
 use crate::lock::owner::Side;
 use crate::lock::replies::{Acquired, run_acquire};
 use crate::lock::scope::Nesting;
@@ -103,6 +103,7 @@ impl Holder {
                     waiting,
                     stale: false,
                     starving,
+                    nested: Nested::No,
                 };
                 if starving {
                     // Armed before it is sent: an attempt dropped or failed after Redis ran it
@@ -260,6 +261,13 @@ impl Holder {
         // Without a live hold of its own the owner must get a fresh grant: whatever the server
         // still counts for it is a leftover the client lost track of.
         want.stale = !holds.live();
+        // Nested, the script checks on the server that the hold still stands, in the same call:
+        // the client's view lags a force-unlock or a DEL by up to a heartbeat.
+        want.nested = match nested {
+            None => Nested::No,
+            Some(n) if n.side == side => Nested::Same,
+            Some(_) => Nested::Other,
+        };
         // From here on the script may run: if this future is dropped, the repair runs instead.
         // Declared before the acquire's future, which is dropped first: a call of it given up
         // on inside a list is registered as unsettled before this guard spawns the repair, which
@@ -277,6 +285,13 @@ impl Holder {
                 Ok(Acquired::Granted { fresh: false, .. })
                     if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
                 {
+                    if want.nested == Nested::Same {
+                        // The hold nested in ran out here while the grant was on its way: it
+                        // is lost, and so is what would have nested in it.
+                        in_flight.repair().await;
+                        in_flight.disarm();
+                        return Err(self.lost());
+                    }
                     if want.stale {
                         in_flight.repair().await;
                         in_flight.disarm();
@@ -290,6 +305,12 @@ impl Holder {
                 }
                 Ok(Acquired::Granted { token, fresh }) => {
                     let holds = in_flight.disarm();
+                    // A read nested in the owner's write hold carries that hold's token (the
+                    // script drew none for it).
+                    let token = match nested {
+                        Some(n) if want.nested == Nested::Other && fresh => n.lease.token(),
+                        _ => token,
+                    };
                     let sent = Sent {
                         at: sent_at,
                         lease_ms,
@@ -310,6 +331,21 @@ impl Holder {
                         holds.count = 0;
                     }
                     return Ok(Attempt::Busy { ttl });
+                }
+                Ok(Acquired::Lost) => {
+                    // The server has no hold of the owner: the hold this acquisition nests in
+                    // was forced open, deleted or ran out. Whoever holds it on this side, and
+                    // the hold nested in, hear it now rather than at the next heartbeat.
+                    let mut holds = in_flight.disarm();
+                    if let Some(old) = holds.lease.take() {
+                        old.mark_lost();
+                        self.local_waiters().releasing(self.name(), &old);
+                    }
+                    holds.count = 0;
+                    if let Some(n) = nested {
+                        n.lease.mark_lost();
+                    }
+                    return Err(self.lost());
                 }
                 Ok(Acquired::NotSynced { acked, wanted }) => {
                     // Undo the grant: back to the holds the client knows of.

@@ -108,7 +108,7 @@ impl LockOps for FairOps {
     }
 
     fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
-        let Want { waiting, stale, .. } = want;
+        let waiting = want.waiting;
         ScriptCall::new(&FAIR_ACQUIRE)
             .key(&*self.name)
             .key(&self.queue)
@@ -120,7 +120,7 @@ impl LockOps for FairOps {
             .arg(self.queue_timeout.as_millis() as u64)
             .arg(flag(waiting))
             .arg(&self.channel_prefix)
-            .arg(flag(stale))
+            .arg(want.hold_flag())
             .arg(self.thread_wait_ms())
     }
 

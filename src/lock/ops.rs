@@ -48,6 +48,37 @@ pub(crate) struct Want {
     /// The caller has waited past the starvation threshold: refused, it joins the lock's
     /// starving waiters (kinds with [`starves`](LockOps::starves) only).
     pub(crate) starving: bool,
+    /// The acquisition is nested in a hold of its owner: the script grants one more hold only
+    /// while the server still has that hold, and answers "lost" otherwise, so a hold forced
+    /// open or deleted behind the client's back is never granted afresh under the old owner.
+    pub(crate) nested: Nested,
+}
+
+/// Which hold of its owner an acquisition is nested in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Nested {
+    /// None: an acquisition of its own.
+    #[default]
+    No,
+    /// The owner's hold of the side acquired.
+    Same,
+    /// The owner's hold of the read-write lock's other side: a read in its write hold (which
+    /// carries the write hold's token), or a write in its read hold (an upgrade, refused).
+    Other,
+}
+
+impl Want {
+    /// The scripts' hold flag: `0` a hold as the client knows it, `1` stale (see
+    /// [`stale`](Self::stale)); nested, `2` in the owner's hold of this side, `3` (stale) or `4`
+    /// in its hold of the other side (read-write locks only).
+    pub(crate) fn hold_flag(&self) -> &'static str {
+        match (self.nested, self.stale) {
+            (Nested::No, stale) => flag(stale),
+            (Nested::Same, _) => "2",
+            (Nested::Other, true) => "3",
+            (Nested::Other, false) => "4",
+        }
+    }
 }
 
 /// The waiter a release hands the lock to.

@@ -110,7 +110,7 @@ impl LockOps for PlainOps {
         } else {
             call
         };
-        let call = call.arg(&**owner.id()).arg(lease_ms).arg(flag(want.stale));
+        let call = call.arg(&**owner.id()).arg(lease_ms).arg(want.hold_flag());
         if want.starving {
             call.arg("1").arg(self.starvation.keep.as_millis() as u64)
         } else {

@@ -20,6 +20,9 @@ pub(crate) enum Acquired {
     Busy {
         ttl: Option<Duration>,
     },
+    /// (Nested acquisitions only) the owner holds nothing on the server: the hold the
+    /// acquisition nests in is gone. Nothing was granted.
+    Lost,
     /// Granted, but fewer replicas than wanted acknowledged it in time: it must be undone.
     NotSynced {
         acked: u32,
@@ -127,7 +130,8 @@ pub(crate) fn parse_acquire_int(n: i64) -> Result<Acquired> {
 }
 
 /// Parses `{status, value}` from an acquire script of lock `name`: 1 fresh grant, 2 reentrant
-/// grant (value: token), 0 busy (value: pttl), 3 a reader asked for the write side.
+/// grant (value: token), 0 busy (value: pttl), 3 a reader asked for the write side, 4 the hold
+/// a nested acquisition nests in is gone.
 pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acquired> {
     let token =
         || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
@@ -146,6 +150,7 @@ pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acqui
         3 => Err(Error::UpgradeNotSupported {
             name: name.to_owned(),
         }),
+        4 => Ok(Acquired::Lost),
         other => Err(Error::unexpected(format!("acquire status {other}"))),
     }
 }

@@ -310,7 +310,6 @@ impl LockOps for ReadOps {
     }
 
     fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
-        let stale = want.stale;
         let n = &self.0;
         let id: &str = owner.id();
         ScriptCall::new(&RWLOCK_READ_ACQUIRE)
@@ -321,7 +320,7 @@ impl LockOps for ReadOps {
             .arg(id)
             .arg_concat(&names::write_field_pieces(id))
             .arg(lease_ms)
-            .arg(flag(stale))
+            .arg(want.hold_flag())
     }
 
     fn release(&self, owner: &Owner, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
@@ -384,7 +383,7 @@ impl LockOps for WriteOps {
     ///
     /// With writer preference, a refused caller that waits leaves (or refreshes) its mark.
     fn acquire(&self, owner: &Owner, lease_ms: u64, want: Want) -> ScriptCall {
-        let Want { waiting, stale, .. } = want;
+        let waiting = want.waiting;
         let n = &self.0;
         let id: &str = owner.id();
         let call = ScriptCall::new(&RWLOCK_WRITE_ACQUIRE)
@@ -394,7 +393,7 @@ impl LockOps for WriteOps {
             .arg(lease_ms)
             .arg(id)
             .arg(&n.base)
-            .arg(flag(stale));
+            .arg(want.hold_flag());
         match &n.writers {
             Some((key, life)) => call
                 .key(key)

@@ -2,10 +2,17 @@
 //!
 //! Every acquisition is an owner of its own (see [`owner`](crate::lock::owner)), unless it is
 //! made inside the work of a hold of the same lock: inside `with_lock`'s future, inside a
-//! [`LockGuard::scope`](crate::LockGuard::scope) future (both a `tokio::task_local!` scope, so
-//! futures polled *beside* the work in the same task are outside it), or inside the blocking
-//! `with_lock`'s closure (a thread-local scope for the closure's duration). A scope is a chain:
-//! work nested in the scopes of locks A and then B is inside both.
+//! [`LockGuard::scope`](crate::LockGuard::scope) future (both a [`Scoped`] future: a
+//! `tokio::task_local!` set while, and only while, that future is polled, so futures polled
+//! *beside* the work in the same task are outside it), or inside the blocking `with_lock`'s
+//! closure (a thread-local scope for the closure's duration). A scope is a chain: work nested in
+//! the scopes of locks A and then B is inside both.
+//!
+//! A scope takes effect where and while its future runs: each poll of a [`Scoped`] future puts
+//! its holds inside the scope of the code polling it *then*, in the task polling it then. So a
+//! scope future built inside A's work but run elsewhere (spawned, or awaited after A's work
+//! ended) is not inside A, and `ga.scope(gb.scope(work))` is inside both. Every link of a chain
+//! names the task it was entered in, and a chain is seen only by that task.
 //!
 //! The chain is looked up by client, lock name and [family](crate::lock::ops::LockOps::family):
 //! a read acquisition inside a writer's scope finds the writer's owner (the script grants a
@@ -14,7 +21,9 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use uuid::Uuid;
 
@@ -49,22 +58,62 @@ pub(crate) struct Scope(Arc<Link>);
 
 #[derive(Debug)]
 struct Link {
+    entry: Entry,
+    outer: Option<Scope>,
+    /// The task the link was entered in (`None`: no task, a thread's own code). A task-local
+    /// is seen by whatever its future polls, tasks of a `LocalSet` driven inside the work
+    /// included, and those are not inside the hold's work.
+    task: Option<tokio::task::Id>,
+}
+
+/// One hold's place in a scope: the lock it is of, and the hold acquisitions nest in.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
     client: Uuid,
     family: &'static str,
     /// `None`: a hold nothing nests in (an `RMutex`'s), whose work is still inside the outer
     /// holds' scopes.
     hold: Option<Nesting>,
-    outer: Option<Scope>,
-    /// The task the scope runs in, set when it starts running: a task-local is seen by
-    /// whatever its future polls, tasks of a `LocalSet` driven inside the work included, and
-    /// those are not inside the hold's work.
-    task: OnceLock<Option<tokio::task::Id>>,
+}
+
+impl Entry {
+    /// The scope entry of `hold`, of the lock `key` names.
+    pub(crate) fn new(key: ScopeKey<'_>, hold: Option<Nesting>) -> Self {
+        Entry {
+            client: key.client,
+            family: key.family,
+            hold,
+        }
+    }
+
+    /// Runs `work` on this thread inside this entry's hold, itself inside the thread's current
+    /// scope, restoring the thread's scope after (also when `work` panics).
+    pub(crate) fn run_here<T>(self, work: impl FnOnce() -> T) -> T {
+        struct Restore(Option<ThreadScope>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let outer = self.0.take();
+                THREAD_SCOPE.with(|s| *s.borrow_mut() = outer);
+            }
+        }
+        let task = tokio::task::try_id();
+        let entered = ThreadScope {
+            scope: Scope::link(Scope::current(), self, task),
+            task,
+        };
+        let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(entered));
+        let _restore = Restore(outer);
+        work()
+    }
 }
 
 /// The hold an acquisition nests in: its owner, the side of the lock it holds and the lease of
 /// the hold. A nested acquisition is one more hold of it only while that hold stands: once it
 /// was given back or lost, the acquisition finds it gone instead of asking the server for a
-/// fresh grant under the old owner (which a second nested acquisition could then share).
+/// fresh grant under the old owner (which a second nested acquisition could then share). The
+/// script checks it too, on the server, in the same call (see [`Want::nested`]).
+///
+/// [`Want::nested`]: crate::lock::ops::Want::nested
 #[derive(Debug, Clone)]
 pub(crate) struct Nesting {
     pub(crate) owner: Arc<Owner>,
@@ -104,7 +153,7 @@ impl Scope {
             return None;
         }
         let task = tokio::task::try_id();
-        let in_task = in_task.filter(|scope| scope.0.task.get() == Some(&task));
+        let in_task = in_task.filter(|scope| scope.0.task == task);
         let on_thread = on_thread.filter(|t| t.task == task).map(|t| t.scope);
         match (in_task, on_thread) {
             // Both: a blocking closure inside async work (`block_in_place`), or async work a
@@ -127,24 +176,35 @@ impl Scope {
         false
     }
 
-    /// `outer` with `hold` of `key` innermost.
-    pub(crate) fn within(outer: Option<Scope>, key: ScopeKey<'_>, hold: Option<Nesting>) -> Scope {
-        Scope(Arc::new(Link {
-            client: key.client,
-            family: key.family,
-            hold,
-            outer,
-            task: OnceLock::new(),
-        }))
+    /// `outer` with `entry` innermost, entered in `task`.
+    fn link(outer: Option<Scope>, entry: Entry, task: Option<tokio::task::Id>) -> Scope {
+        Scope(Arc::new(Link { entry, outer, task }))
     }
 
-    /// The innermost hold of `key` in this chain.
+    /// `outer` with `entries` inside it, the last innermost, entered in `task`.
+    fn chain(
+        outer: Option<Scope>,
+        entries: &[Entry],
+        task: Option<tokio::task::Id>,
+    ) -> Option<Scope> {
+        entries.iter().fold(outer, |outer, entry| {
+            Some(Scope::link(outer, entry.clone(), task))
+        })
+    }
+
+    /// The innermost hold of `key` in this chain, among the links entered in the task of the
+    /// innermost one (a chain is only ever made of one task's links; this keeps it so).
     pub(crate) fn find(&self, key: ScopeKey<'_>) -> Option<Nesting> {
+        let task = self.0.task;
         let mut link = Some(self);
         while let Some(Scope(l)) = link {
-            if let Some(hold) = &l.hold
-                && l.client == key.client
-                && l.family == key.family
+            if l.task != task {
+                return None;
+            }
+            let e = &l.entry;
+            if let Some(hold) = &e.hold
+                && e.client == key.client
+                && e.family == key.family
                 && **hold.owner.lock_name() == *key.name
             {
                 return Some(hold.clone());
@@ -153,37 +213,65 @@ impl Scope {
         }
         None
     }
-
-    /// Runs `work` inside this scope (a task-local: futures beside it are outside), in the
-    /// task that first polls it.
-    pub(crate) async fn run<F: Future>(self, work: F) -> F::Output {
-        self.0.task.get_or_init(tokio::task::try_id);
-        TASK_SCOPE.scope(self, work).await
-    }
-
-    /// Runs `work` on this thread inside this scope, restoring the thread's scope after (also
-    /// when `work` panics).
-    pub(crate) fn run_here<T>(self, work: impl FnOnce() -> T) -> T {
-        struct Restore(Option<ThreadScope>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let outer = self.0.take();
-                THREAD_SCOPE.with(|s| *s.borrow_mut() = outer);
-            }
-        }
-        let entered = ThreadScope {
-            scope: self,
-            task: tokio::task::try_id(),
-        };
-        let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(entered));
-        let _restore = Restore(outer);
-        work()
-    }
 }
 
 /// The hold of `key` the caller runs inside of, if any.
 pub(crate) fn nesting(key: ScopeKey<'_>) -> Option<Nesting> {
     Scope::current()?.find(key)
+}
+
+pin_project_lite::pin_project! {
+    /// A future run inside the scopes of some holds: while, and only while, it is polled, and
+    /// inside the scope of whatever polls it at that moment, in the task that polls it.
+    #[derive(Debug)]
+    pub(crate) struct Scoped<F> {
+        entries: Vec<Entry>,
+        // The chain of the last poll, and the scope it was put inside of: made again only when
+        // a poll comes from another scope or task (one allocation per entry then).
+        made: Option<(Option<Scope>, Option<Scope>)>,
+        #[pin]
+        work: F,
+    }
+}
+
+impl<F: Future> Scoped<F> {
+    /// `work`, run inside `entries`' holds (the last innermost).
+    pub(crate) fn new(entries: Vec<Entry>, work: F) -> Self {
+        Scoped {
+            entries,
+            made: None,
+            work,
+        }
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        if this.entries.is_empty() {
+            return this.work.poll(cx);
+        }
+        let outer = Scope::current();
+        let task = tokio::task::try_id();
+        let same = |made: &(Option<Scope>, Option<Scope>)| {
+            let outer_same = match (&made.0, &outer) {
+                (Some(a), Some(b)) => Arc::ptr_eq(&a.0, &b.0),
+                (None, None) => true,
+                _ => false,
+            };
+            outer_same && made.1.as_ref().is_some_and(|s| s.0.task == task)
+        };
+        if !this.made.as_ref().is_some_and(same) {
+            let chain = Scope::chain(outer.clone(), this.entries, task);
+            *this.made = Some((outer, chain));
+        }
+        match this.made.as_ref().and_then(|m| m.1.clone()) {
+            Some(chain) => TASK_SCOPE.sync_scope(chain, || this.work.poll(cx)),
+            None => this.work.poll(cx),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,8 +288,12 @@ mod tests {
         }
     }
 
-    fn entered(key: ScopeKey<'_>, owner: &Arc<Owner>) -> Scope {
-        Scope::within(Scope::current(), key, Some(hold(owner)))
+    fn entry(key: ScopeKey<'_>, owner: &Arc<Owner>) -> Entry {
+        Entry::new(key, Some(hold(owner)))
+    }
+
+    fn scoped<F: Future>(key: ScopeKey<'_>, owner: &Arc<Owner>, work: F) -> Scoped<F> {
+        Scoped::new(vec![entry(key, owner)], work)
     }
 
     fn owner_in_scope(key: ScopeKey<'_>) -> Option<Arc<Owner>> {
@@ -216,80 +308,180 @@ mod tests {
         }
     }
 
+    fn two_owners(client: Uuid) -> (Arc<Owner>, Arc<Owner>) {
+        let owners = Owners::new(client);
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        (Owner::single(&owners, &a), Owner::single(&owners, &b))
+    }
+
+    fn is(found: Option<Arc<Owner>>, owner: &Arc<Owner>) -> bool {
+        found.is_some_and(|f| Arc::ptr_eq(&f, owner))
+    }
+
     #[tokio::test]
     async fn a_scope_covers_its_work_and_not_the_futures_beside_it() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let name: Arc<str> = Arc::from("a");
-        let owner = Owner::single(&owners, &name);
-        let scope = entered(key(client, "a"), &owner);
-        let inside = scope.run(async { owner_in_scope(key(client, "a")) });
+        let (owner, _) = two_owners(client);
+        let inside = scoped(key(client, "a"), &owner, async {
+            owner_in_scope(key(client, "a"))
+        });
         let beside = async { owner_in_scope(key(client, "a")) };
         let (inside, beside) = tokio::join!(inside, beside);
-        assert!(Arc::ptr_eq(&inside.unwrap(), &owner));
+        assert!(is(inside, &owner));
         assert!(beside.is_none(), "a sibling future is outside the scope");
         // Another client, name or family is another lock.
         let other = Uuid::new_v4();
-        let s = entered(key(client, "a"), &owner);
-        let found = s
-            .run(async {
-                (
-                    owner_in_scope(key(other, "a")),
-                    owner_in_scope(key(client, "b")),
-                    owner_in_scope(ScopeKey {
-                        client,
-                        name: "a",
-                        family: "fair",
-                    }),
-                )
-            })
-            .await;
+        let found = scoped(key(client, "a"), &owner, async {
+            (
+                owner_in_scope(key(other, "a")),
+                owner_in_scope(key(client, "b")),
+                owner_in_scope(ScopeKey {
+                    client,
+                    name: "a",
+                    family: "fair",
+                }),
+            )
+        })
+        .await;
         assert!(found.0.is_none() && found.1.is_none() && found.2.is_none());
         // A spawned task is outside.
-        let spawned = entered(key(client, "a"), &owner)
-            .run(async {
-                tokio::spawn(async move { owner_in_scope(key(client, "a")) })
-                    .await
-                    .unwrap()
-            })
-            .await;
+        let spawned = scoped(key(client, "a"), &owner, async {
+            tokio::spawn(async move { owner_in_scope(key(client, "a")) })
+                .await
+                .unwrap()
+        })
+        .await;
         assert!(spawned.is_none());
     }
 
     #[tokio::test]
     async fn scopes_nest() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
-        let (oa, ob) = (Owner::single(&owners, &a), Owner::single(&owners, &b));
-        let found = entered(key(client, "a"), &oa)
-            .run(async {
-                entered(key(client, "b"), &ob)
-                    .run(async {
-                        (
-                            owner_in_scope(key(client, "a")),
-                            owner_in_scope(key(client, "b")),
-                        )
-                    })
-                    .await
+        let (oa, ob) = two_owners(client);
+        let found = scoped(key(client, "a"), &oa, async {
+            scoped(key(client, "b"), &ob, async {
+                (
+                    owner_in_scope(key(client, "a")),
+                    owner_in_scope(key(client, "b")),
+                )
             })
-            .await;
-        assert!(Arc::ptr_eq(&found.0.unwrap(), &oa));
-        assert!(Arc::ptr_eq(&found.1.unwrap(), &ob));
+            .await
+        })
+        .await;
+        assert!(is(found.0, &oa));
+        assert!(is(found.1, &ob));
+    }
+
+    #[tokio::test]
+    async fn a_scope_future_composed_directly_is_inside_both() {
+        // `ga.scope(gb.scope(work))`: B's future is built before A's scope is entered, and
+        // still runs inside both.
+        let client = Uuid::new_v4();
+        let (oa, ob) = two_owners(client);
+        let work = async {
+            (
+                owner_in_scope(key(client, "a")),
+                owner_in_scope(key(client, "b")),
+            )
+        };
+        let found = scoped(key(client, "a"), &oa, scoped(key(client, "b"), &ob, work)).await;
+        assert!(is(found.0, &oa), "A's scope is kept");
+        assert!(is(found.1, &ob));
+    }
+
+    #[tokio::test]
+    async fn a_scope_future_spawned_from_inside_another_scope_is_only_inside_its_own() {
+        let client = Uuid::new_v4();
+        let (oa, ob) = two_owners(client);
+        let (ob2, oa2) = (ob.clone(), oa.clone());
+        let found = scoped(key(client, "a"), &oa, async move {
+            // Built inside A's work, run by another task: inside B only.
+            let b_work = scoped(key(client, "b"), &ob2, async move {
+                tokio::task::yield_now().await;
+                (
+                    owner_in_scope(key(client, "a")),
+                    owner_in_scope(key(client, "b")),
+                )
+            });
+            let _keep = oa2;
+            tokio::spawn(b_work).await.unwrap()
+        })
+        .await;
+        assert!(found.0.is_none(), "the spawned task is not inside A's work");
+        assert!(is(found.1, &ob));
+    }
+
+    // The scope future is returned from A's work unawaited on purpose.
+    #[allow(clippy::async_yields_async)]
+    #[tokio::test]
+    async fn a_scope_future_built_in_one_scope_and_run_after_it_is_not_inside_it() {
+        let client = Uuid::new_v4();
+        let (oa, ob) = two_owners(client);
+        let ob2 = ob.clone();
+        let built = scoped(key(client, "a"), &oa, async move {
+            Box::pin(scoped(key(client, "b"), &ob2, async move {
+                (
+                    owner_in_scope(key(client, "a")),
+                    owner_in_scope(key(client, "b")),
+                )
+            }))
+        })
+        .await;
+        let found = built.await;
+        assert!(found.0.is_none(), "A's work had ended");
+        assert!(is(found.1, &ob));
+        // Polled once inside A, then finished outside it: outside A from then on.
+        let (oa3, ob3) = (oa.clone(), ob.clone());
+        let mut polled_in_a = false;
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let opened = gate.clone();
+        let mut fut = Box::pin(scoped(key(client, "b"), &ob3, async move {
+            let first = owner_in_scope(key(client, "a"));
+            opened.notified().await;
+            (first, owner_in_scope(key(client, "a")))
+        }));
+        scoped(key(client, "a"), &oa3, async {
+            tokio::select! {
+                biased;
+                _ = &mut fut => unreachable!("the gate is shut"),
+                () = std::future::ready(()) => polled_in_a = true,
+            }
+        })
+        .await;
+        assert!(polled_in_a);
+        gate.notify_one();
+        let (first, later) = fut.await;
+        assert!(is(first, &oa3), "inside A while A's work polled it");
+        assert!(later.is_none(), "outside A once polled from outside it");
+    }
+
+    #[tokio::test]
+    async fn a_chain_is_seen_only_by_the_task_it_was_entered_in() {
+        let client = Uuid::new_v4();
+        let (oa, _) = two_owners(client);
+        let chain = Scope::chain(None, &[entry(key(client, "a"), &oa)], None).unwrap();
+        let found = tokio::spawn(async move {
+            let inner = Scope::link(
+                Some(chain),
+                Entry::new(key(client, "b"), None),
+                tokio::task::try_id(),
+            );
+            inner.find(key(client, "a")).is_none()
+        })
+        .await
+        .unwrap();
+        assert!(found, "an outer link of another task is not looked at");
     }
 
     #[test]
     fn a_thread_scope_lasts_for_its_closure() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let name: Arc<str> = Arc::from("a");
-        let owner = Owner::single(&owners, &name);
-        let inside =
-            entered(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")));
+        let (owner, _) = two_owners(client);
+        let inside = entry(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")));
         assert!(inside.is_some());
         assert!(owner_in_scope(key(client, "a")).is_none());
         let other = std::thread::scope(|s| {
-            entered(key(client, "a"), &owner).run_here(|| {
+            entry(key(client, "a"), &owner).run_here(|| {
                 s.spawn(|| owner_in_scope(key(client, "a")).is_none())
                     .join()
                     .unwrap()
@@ -297,7 +489,7 @@ mod tests {
         });
         assert!(other, "another thread is outside");
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            entered(key(client, "a"), &owner).run_here(|| panic!("work"))
+            entry(key(client, "a"), &owner).run_here(|| panic!("work"))
         }));
         assert!(caught.is_err());
         assert!(owner_in_scope(key(client, "a")).is_none(), "restored");
@@ -306,14 +498,12 @@ mod tests {
     #[test]
     fn a_thread_scope_is_not_seen_by_tasks_the_thread_polls() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let name: Arc<str> = Arc::from("a");
-        let owner = Owner::single(&owners, &name);
+        let (owner, _) = two_owners(client);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let task = rt.spawn(async move { owner_in_scope(key(client, "a")).is_none() });
-        let (outside, in_block_on) = entered(key(client, "a"), &owner).run_here(|| {
+        let (outside, in_block_on) = entry(key(client, "a"), &owner).run_here(|| {
             let outside = rt.block_on(task).unwrap();
             (
                 outside,
@@ -330,17 +520,14 @@ mod tests {
     #[tokio::test]
     async fn a_task_scope_is_not_seen_by_a_local_set_the_work_drives() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let name: Arc<str> = Arc::from("a");
-        let owner = Owner::single(&owners, &name);
+        let (owner, _) = two_owners(client);
         let local = tokio::task::LocalSet::new();
-        let seen = entered(key(client, "a"), &owner)
-            .run(async {
-                let inner = local.spawn_local(async move { owner_in_scope(key(client, "a")) });
-                let own = owner_in_scope(key(client, "a"));
-                (local.run_until(inner).await.unwrap(), own)
-            })
-            .await;
+        let seen = scoped(key(client, "a"), &owner, async {
+            let inner = local.spawn_local(async move { owner_in_scope(key(client, "a")) });
+            let own = owner_in_scope(key(client, "a"));
+            (local.run_until(inner).await.unwrap(), own)
+        })
+        .await;
         assert!(
             seen.0.is_none(),
             "a local task is not inside the hold's work"
@@ -351,9 +538,7 @@ mod tests {
     #[test]
     fn a_thread_scope_covers_a_spawn_blocking_closure_and_not_tasks() {
         let client = Uuid::new_v4();
-        let owners = Owners::new(client);
-        let name: Arc<str> = Arc::from("a");
-        let owner = Owner::single(&owners, &name);
+        let (owner, _) = two_owners(client);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()
@@ -361,7 +546,7 @@ mod tests {
         let found = rt.block_on(async {
             let owner = owner.clone();
             tokio::task::spawn_blocking(move || {
-                entered(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")))
+                entry(key(client, "a"), &owner).run_here(|| owner_in_scope(key(client, "a")))
             })
             .await
             .unwrap()
@@ -372,17 +557,15 @@ mod tests {
         let (inner, outer) = rt.block_on(async {
             let owner = owner.clone();
             tokio::spawn(async move {
-                let other: Arc<str> = Arc::from("a");
-                let first = Owner::single(&Owners::new(client), &other);
-                entered(key(client, "a"), &first)
-                    .run(async {
-                        let inner = tokio::task::block_in_place(|| {
-                            entered(key(client, "a"), &owner)
-                                .run_here(|| owner_in_scope(key(client, "a")))
-                        });
-                        (inner, owner_in_scope(key(client, "a")))
-                    })
-                    .await
+                let (first, _) = two_owners(client);
+                scoped(key(client, "a"), &first, async {
+                    let inner = tokio::task::block_in_place(|| {
+                        entry(key(client, "a"), &owner)
+                            .run_here(|| owner_in_scope(key(client, "a")))
+                    });
+                    (inner, owner_in_scope(key(client, "a")))
+                })
+                .await
             })
             .await
             .unwrap()

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lock::guard::LockGuard;
 use crate::lock::holder::LeaseMode;
 use crate::lock::rlock::RLock;
-use crate::lock::scope::{Nesting, Scope};
+use crate::lock::scope::{Entry, Nesting, Scoped};
 
 impl RLock {
     /// Takes the lock (as [`lock`](Self::lock) does), runs `work` with the hold's fencing
@@ -74,7 +74,7 @@ impl RLock {
     {
         let guard = self.lock().await?;
         // The work runs inside the hold's scope: what it acquires of this lock nests in it.
-        let work = guard.enter().run(work(guard.fencing_token()));
+        let work = guard.scope(work(guard.fencing_token()));
         let done = tokio::select! {
             biased;
             out = work => Some(out),
@@ -163,7 +163,8 @@ impl LockGuard {
         let handle = &self.holder.handle;
         match handle.acquire_for(hold, mode, Some(Duration::ZERO)).await? {
             Some(guard) if Arc::ptr_eq(&guard.lease, &self.lease) => Ok(guard),
-            // The hold was gone and the lock free: the grant is a new hold, not this one's.
+            // Never expected: the script grants a nested acquisition only as one more hold of
+            // the hold it nests in (else it answers lost). Given back, all the same.
             Some(other) => {
                 other.unlock().await.ok();
                 Err(lost())
@@ -177,7 +178,12 @@ impl LockGuard {
     /// nothing polled beside it, is one more hold of this one, as inside
     /// [`RLock::with_lock`](crate::RLock::with_lock). Tasks spawned by `work` are outside the
     /// scope (task-locals do not cross `spawn`). The guard may be moved or given back while
-    /// `work` runs: what `work` then acquires waits, or finds the hold gone.
+    /// `work` runs: what `work` then acquires finds the hold gone
+    /// ([`Error::LockLost`](crate::Error::LockLost), checked on the server).
+    ///
+    /// The scope takes effect where and while the returned future runs, inside the scopes of
+    /// whatever polls it: `tokio::spawn(guard.scope(work))` runs inside this hold only (not in
+    /// the scopes of the code that built it), and `a.scope(b.scope(work))` is inside both.
     ///
     /// # Cancel safety
     ///
@@ -200,20 +206,15 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> + use<F> {
-        self.enter().run(work)
+        Scoped::new(vec![self.entry()], work)
     }
 
-    /// This hold's scope, inside the caller's current one.
-    pub(crate) fn enter(&self) -> Scope {
-        self.enter_within(Scope::current())
-    }
-
-    /// This hold's scope, inside `outer`.
-    pub(crate) fn enter_within(&self, outer: Option<Scope>) -> Scope {
+    /// This hold's place in a scope.
+    pub(crate) fn entry(&self) -> Entry {
         let handle = &self.holder.handle;
         // Nothing nests in an RMutex's hold.
         let hold = handle.reentrant().then(|| self.nesting());
-        Scope::within(outer, handle.scope_key(), hold)
+        Entry::new(handle.scope_key(), hold)
     }
 
     /// This hold, as an acquisition nested in it sees it.
