@@ -24,7 +24,8 @@
 -- it wait for a writer that waits for it would deadlock both. Without KEYS[4] the script does
 -- exactly what it does for Redisson's policy, and never reads the marks.
 --
--- Replies: {1, token} the owner's first read hold ({1, 0} under its write hold: no token drawn);
+-- Replies: {1, token} the owner's first read hold; {5, clock} its first under its own write hold
+-- (no token drawn: the hold carries the write hold's; the server clock in µs stamps the grant);
 -- {2, 0} one more; {4, 0} (ARGV[4] '2', '3' or '4') the hold it nests in is gone; {0, pttl}
 -- write-locked by another owner (pttl -1: no TTL), or, with KEYS[4], a writer's mark holds new
 -- readers back (pttl: how long the longest-living mark lives unless its writer calls again).
@@ -77,22 +78,27 @@ end
 -- changes.
 local stale = (ARGV[4] == '1' or ARGV[4] == '3') and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 local reply = {2, 0}
-if (stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0) and under_write then
-  reply = {1, 0}
-elseif stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  -- The token: the server's clock in microseconds, or the counter + 1 when the counter is
-  -- ahead of it; the counter ends at the token (see lock_acquire.lua).
+if stale or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   -- Redis before 7 replicates a script by its commands only when asked, before any write.
   if redis.replicate_commands then
     redis.replicate_commands()
   end
   local now = redis.call('time')
-  local token = tonumber(now[1] .. string.format('%06d', now[2]))
-  if counter and tonumber(counter) >= token then
-    token = tonumber(counter) + 1
+  local clock = tonumber(now[1] .. string.format('%06d', now[2]))
+  if under_write then
+    -- No token: the hold carries the write hold's. The clock stamps the grant, for
+    -- revocation requests (a request made before this hold never reaches it).
+    reply = {5, clock}
+  else
+    -- The token: the server's clock in microseconds, or the counter + 1 when the counter is
+    -- ahead of it; the counter ends at the token (see lock_acquire.lua).
+    local token = clock
+    if counter and tonumber(counter) >= token then
+      token = tonumber(counter) + 1
+    end
+    redis.call('set', KEYS[3], string.format('%d', token))
+    reply = {1, token}
   end
-  redis.call('set', KEYS[3], string.format('%d', token))
-  reply = {1, token}
 end
 if stale then
   for k = 1, stale do

@@ -19,6 +19,10 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 #[derive(Debug)]
 pub(crate) struct Lease {
     token: u64,
+    /// When Redis granted the hold, in server µs: the token, except for a read hold nested in
+    /// its owner's write hold, which carries the write hold's (older) token. Revocation
+    /// requests made before it never reach it.
+    stamp: u64,
     /// The instant the deadline is counted from.
     base: Instant,
     /// Microseconds after `base` past which Redis may have expired the hold.
@@ -53,6 +57,7 @@ impl Lease {
     pub(crate) fn new(token: u64, sent_at: Instant, lease_ms: u64) -> Self {
         Lease {
             token,
+            stamp: token,
             base: sent_at,
             deadline_us: AtomicU64::new(lease_ms.saturating_mul(1000)),
             lease_ms: AtomicU64::new(lease_ms),
@@ -67,6 +72,17 @@ impl Lease {
 
     pub(crate) fn token(&self) -> u64 {
         self.token
+    }
+
+    /// This lease, granted at server time `stamp` (µs) rather than at its token's.
+    pub(crate) fn stamped(mut self, stamp: u64) -> Self {
+        self.stamp = stamp;
+        self
+    }
+
+    /// When Redis granted the hold (server µs; see the field).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// When the grant of this lease was sent.

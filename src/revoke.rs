@@ -92,7 +92,7 @@ pub(crate) async fn requested(inner: &Core, name: &str, marks: &[&str], heed: He
         }
     };
     loop {
-        match marked(inner, &channel, marks, heed, lease.token()).await {
+        match marked(inner, &channel, marks, heed, lease.stamp()).await {
             Ok(true) => {
                 lease.mark_revoked();
                 return;

@@ -369,9 +369,12 @@ async fn finding_the_lock_taken_by_another_marks_our_hold_lost() {
     let _: () = raw.hset("stolen", "someone-else:1", 1).await.unwrap();
     let _: () = raw.pexpire("stolen", 30_000).await.unwrap();
     // A new acquisition finding it taken says nothing of our hold; a nested one (the same
-    // owner) does.
+    // owner) checks it on the server: lost.
     assert!(lock.try_lock().await.unwrap().is_none());
-    assert!(guard.scope(lock.try_lock()).await.unwrap().is_none());
+    assert!(matches!(
+        guard.scope(lock.try_lock()).await,
+        Err(ferrisson::Error::LockLost { .. })
+    ));
     assert!(guard.is_lost(), "the busy reply shows our hold is gone");
     assert!(matches!(
         guard.unlock().await,

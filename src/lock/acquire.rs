@@ -37,6 +37,9 @@ struct Sent {
     lease_ms: u64,
     /// The hub's stamp of the lock's channel then (kinds that hand over only).
     stamp: Option<u64>,
+    /// When the server granted it (µs), when that is not its token: a read nested in the
+    /// owner's write hold.
+    granted_us: Option<u64>,
 }
 
 impl Holder {
@@ -281,7 +284,22 @@ impl Holder {
         loop {
             let sent_at = Instant::now();
             let call = self.ops().acquire(owner, lease_ms, want);
-            match run_acquire(self.inner(), &call, self.name()).await {
+            let mut granted_us = None;
+            let reply = match run_acquire(self.inner(), &call, self.name()).await {
+                // A read nested in the owner's write hold: the write hold's token.
+                Ok(Acquired::Under { stamp: at }) => match nested {
+                    Some(n) => {
+                        granted_us = Some(at);
+                        Ok(Acquired::Granted {
+                            token: n.lease.token(),
+                            fresh: true,
+                        })
+                    }
+                    None => Ok(Acquired::Under { stamp: at }),
+                },
+                other => other,
+            };
+            match reply {
                 Ok(Acquired::Granted { fresh: false, .. })
                     if !in_flight.holds.as_ref().is_some_and(|h| h.live()) =>
                 {
@@ -305,16 +323,11 @@ impl Holder {
                 }
                 Ok(Acquired::Granted { token, fresh }) => {
                     let holds = in_flight.disarm();
-                    // A read nested in the owner's write hold carries that hold's token (the
-                    // script drew none for it).
-                    let token = match nested {
-                        Some(n) if want.nested == Nested::Other && fresh => n.lease.token(),
-                        _ => token,
-                    };
                     let sent = Sent {
                         at: sent_at,
                         lease_ms,
                         stamp,
+                        granted_us,
                     };
                     return Ok(Attempt::Granted(
                         self.grant(holds, token, fresh, sent, mode),
@@ -331,6 +344,14 @@ impl Holder {
                         holds.count = 0;
                     }
                     return Ok(Attempt::Busy { ttl });
+                }
+                Ok(Acquired::Under { .. }) => {
+                    // Only an acquisition nested in a write hold asks for this: set right.
+                    in_flight.repair().await;
+                    in_flight.disarm();
+                    return Err(Error::unexpected(
+                        "a grant under a write hold answered an acquisition nested in none",
+                    ));
                 }
                 Ok(Acquired::Lost) => {
                     // The server has no hold of the owner: the hold this acquisition nests in
@@ -388,6 +409,7 @@ impl Holder {
             at: sent_at,
             lease_ms,
             stamp,
+            granted_us,
         } = sent;
         let reentered = match &holds.lease {
             Some(lease) if holds.count > 0 && !fresh && !lease.is_lost() => Some(lease.clone()),
@@ -405,7 +427,11 @@ impl Holder {
                     old.mark_lost();
                 }
                 holds.count = 0;
-                let lease = Arc::new(Lease::new(token, sent_at, lease_ms));
+                let lease = Lease::new(token, sent_at, lease_ms);
+                let lease = Arc::new(match granted_us {
+                    Some(at) => lease.stamped(at),
+                    None => lease,
+                });
                 if self.ops().hands_over() {
                     self.local_waiters()
                         .granted(self.ops().name(), self.owner.id(), &lease, stamp);

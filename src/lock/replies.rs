@@ -23,6 +23,12 @@ pub(crate) enum Acquired {
     /// (Nested acquisitions only) the owner holds nothing on the server: the hold the
     /// acquisition nests in is gone. Nothing was granted.
     Lost,
+    /// A read hold granted under the owner's write hold: no token was drawn (the hold carries
+    /// the write hold's); `stamp` is the server's clock (µs) at the grant, which revocation
+    /// requests are compared with.
+    Under {
+        stamp: u64,
+    },
     /// Granted, but fewer replicas than wanted acknowledged it in time: it must be undone.
     NotSynced {
         acked: u32,
@@ -131,7 +137,8 @@ pub(crate) fn parse_acquire_int(n: i64) -> Result<Acquired> {
 
 /// Parses `{status, value}` from an acquire script of lock `name`: 1 fresh grant, 2 reentrant
 /// grant (value: token), 0 busy (value: pttl), 3 a reader asked for the write side, 4 the hold
-/// a nested acquisition nests in is gone.
+/// a nested acquisition nests in is gone, 5 a read hold granted under the owner's write hold
+/// (value: the server's clock).
 pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acquired> {
     let token =
         || u64::try_from(value).map_err(|_| Error::unexpected(format!("fencing token {value}")));
@@ -151,6 +158,7 @@ pub(crate) fn parse_acquire(status: i64, value: i64, name: &str) -> Result<Acqui
             name: name.to_owned(),
         }),
         4 => Ok(Acquired::Lost),
+        5 => Ok(Acquired::Under { stamp: token()? }),
         other => Err(Error::unexpected(format!("acquire status {other}"))),
     }
 }

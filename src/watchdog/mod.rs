@@ -116,7 +116,7 @@ impl RenewTarget {
             (_, 1) => Some(false),
             (RenewTarget::Permits { .. }, 2) => Some(true),
             (RenewTarget::Permits { .. }, _) => None,
-            (_, stamp) if stamp > 1 => Some(stamp.unsigned_abs() >= lease.token()),
+            (_, stamp) if stamp > 1 => Some(stamp.unsigned_abs() >= lease.stamp()),
             _ => None,
         }
     }
