@@ -10,7 +10,7 @@
 --
 -- Reply: an array with one integer per hold: 1 where the lease was extended, the request's stamp
 -- (server µs, so above 1) where it was extended and a revocation of the owner's hold was asked
--- for (the client heeds it when the stamp is not below the hold's token: a request for an
+-- for (the client heeds it when the stamp is not below the hold's grant stamp: a request for an
 -- earlier hold of the same owner name is stale), 0 where the owner no longer holds that lock
 -- (its lease is lost). A key of another type answers 0 and is left alone, and does not stop
 -- the rest of the batch.

@@ -11,7 +11,7 @@
 --
 -- Replies: an array with one integer per owner, 1 where at least one of its read holds was
 -- still there and was extended, the request's stamp (server µs, above 1) the same with a
--- revocation of its read holds asked for (heeded when not below the hold's token, as in
+-- revocation of its read holds asked for (heeded when not below the hold's grant stamp, as in
 -- lock_renew.lua), 0 where it holds none (its lease is lost).
 
 local lease = tonumber(ARGV[1])

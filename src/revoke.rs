@@ -66,7 +66,8 @@ pub(crate) async fn request(inner: &Core, name: &str, object: &str, holds: Holds
 pub(crate) enum Heed {
     /// Any request under one of the hold's marks: permit ids, new for every guard.
     Any,
-    /// Requests stamped no earlier than the hold's token: a lock's mark is its owner name, which
+    /// Requests stamped no earlier than the hold's grant stamp (its token, but for a read
+    /// nested in a write hold): a lock's mark is its owner name, which
     /// a later hold of the same owner carries too (see `revoke.lua`).
     SinceToken,
 }

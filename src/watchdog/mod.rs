@@ -109,7 +109,8 @@ impl RenewTarget {
     /// What a renewal's answer for this hold means, for the hold `lease`: `None` when it is no
     /// longer held; else whether a revocation of it was requested. A permit guard's answer says
     /// so with 2 (its marks are its own permit ids, new for every guard); a lock's answer is the
-    /// request's stamp (server µs), which counts only when not below the hold's token, so that a
+    /// request's stamp (server µs), which counts only when not below the hold's grant stamp
+    /// (its token, but for a read nested in a write hold: see `Lease::stamp`), so that a
     /// request for an earlier hold of the same owner name never reaches a later one.
     pub(crate) fn answer(&self, answer: i64, lease: &Lease) -> Option<bool> {
         match (self, answer) {
