@@ -17,6 +17,7 @@
 //! | [`operating`] | the `ferrisson` command-line tool: find a stuck lock, see who holds it, decide, force it |
 //! | [`topologies`] | one server, Cluster, Sentinel; the failover window and `sync_replicas` |
 //! | [`multilock`] | `MultiLock` and `RedLock` |
+//! | [`porting`] | porting from Redisson: each Java habit and its ferrisson form, and finding a port that waits for itself |
 //! | [`layout`] | every key and channel in Redis, shared with Redisson 3.x |
 //! | [`acl`] | the Redis ACL rule explained, and what a missing permission looks like |
 //! | [`observability`] | tracing spans and events, metrics, Prometheus |
@@ -61,6 +62,9 @@ pub mod topologies {}
 
 #[doc = include_str!("../docs/multilock.md")]
 pub mod multilock {}
+
+#[doc = include_str!("../docs/porting.md")]
+pub mod porting {}
 
 #[doc = include_str!("../docs/layout.md")]
 pub mod layout {}

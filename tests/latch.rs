@@ -161,12 +161,11 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let latch = client.get_count_down_latch("gate");
-    for count in [0, u64::MAX] {
-        assert!(matches!(
-            latch.try_set_count(count).await,
-            Err(Error::InvalidArgument(_))
-        ));
-    }
+    // A count of 0 is an open latch (tests/starting_closed.rs).
+    assert!(matches!(
+        latch.try_set_count(u64::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
     for name in ["", "a{tag}", "{tag}", "a{b"] {
         let bad = client.get_count_down_latch(name);
         assert!(

@@ -59,6 +59,8 @@ impl RPermitExpirableSemaphore {
     }
 
     /// Sets the permits to `permits` when none were ever set; returns whether they were set.
+    /// With 0 the semaphore starts closed: acquirers wait until
+    /// [`add_permits`](Self::add_permits) opens it.
     ///
     /// # Errors
     ///

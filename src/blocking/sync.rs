@@ -237,7 +237,8 @@ impl RCountDownLatch {
         self.latch.name()
     }
 
-    /// Sets the count to `count` if the latch is not set; returns whether it was set.
+    /// Sets the count to `count` if the latch is not set; returns whether it was set. A count
+    /// of 0 leaves the latch open: waiters return at once, and no key is written.
     ///
     /// # Errors
     ///
@@ -407,6 +408,8 @@ impl RSemaphore {
     }
 
     /// Sets the permits to `permits` when none were ever set; returns whether they were set.
+    /// With 0 the semaphore starts closed: acquirers wait until [`release`](Self::release) or
+    /// [`add_permits`](Self::add_permits) opens it.
     ///
     /// # Errors
     ///

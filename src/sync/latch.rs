@@ -95,9 +95,18 @@ impl RCountDownLatch {
     /// Sets the count to `count` if the latch is not set (Redisson's `trySetCount`); returns
     /// whether it was set.
     ///
+    /// `count` may be 0, as for `java.util.concurrent.CountDownLatch`: a latch of count 0 is
+    /// open, so waiters return at once. Like a latch that reached zero, it leaves no key in
+    /// Redis, so a later `try_set_count` sets a count again. On a latch still counting it
+    /// returns `false` and changes nothing, as for any count.
+    ///
+    /// A latch is set while its key holds a count above zero. Redisson's `trySetCount(0)` writes
+    /// a count of 0, which Java clients then take for a set latch; here a key holding 0 is an
+    /// open latch that any `try_set_count` replaces.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a count of 0 or above `i64::MAX`, or a malformed name;
+    /// [`Error::InvalidArgument`] for a count above `i64::MAX`, or a malformed name;
     /// [`Error::Redis`] when Redis fails.
     ///
     /// # Cancel safety
@@ -113,11 +122,21 @@ impl RCountDownLatch {
     /// }
     /// # Ok(()) }
     /// ```
+    ///
+    /// A count of 0, for a batch that turned out empty:
+    ///
+    /// ```no_run
+    /// # async fn demo(latch: ferrisson::RCountDownLatch) -> ferrisson::Result<()> {
+    /// let shards: Vec<u32> = Vec::new();
+    /// latch.try_set_count(shards.len() as u64).await?;
+    /// latch.await_zero().await?; // open: returns at once
+    /// # Ok(()) }
+    /// ```
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
         self.check()?;
-        if count == 0 || count > i64::MAX as u64 {
+        if count > i64::MAX as u64 {
             return Err(Error::InvalidArgument(format!(
-                "a latch count must be between 1 and {}, got {count}",
+                "a latch count must be between 0 and {}, got {count}",
                 i64::MAX
             )));
         }

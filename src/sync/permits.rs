@@ -171,9 +171,14 @@ impl RPermitExpirableSemaphore {
     /// Sets the permits to `permits` when none were ever set (Redisson's `trySetPermits`);
     /// returns whether they were set.
     ///
+    /// `permits` may be 0: the semaphore then starts closed, as `java.util.concurrent.Semaphore`
+    /// with 0 permits does. Its count is set (to 0), so a later `try_set_permits` returns
+    /// `false`; acquirers wait (`try_acquire` answers `None`) until
+    /// [`add_permits`](Self::add_permits) opens it, from any client.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0 or more than `i64::MAX` permits or a malformed name;
+    /// [`Error::InvalidArgument`] for more than `i64::MAX` permits or a malformed name;
     /// [`Error::WrongType`] when a key of the semaphore holds something else; [`Error::Redis`].
     ///
     /// # Cancel safety
@@ -188,16 +193,24 @@ impl RPermitExpirableSemaphore {
     /// semaphore.try_set_permits(4).await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// A pool that starts closed and opens once its workers are ready:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let gpus = client.get_permit_expirable_semaphore("gpu-slots");
+    /// gpus.try_set_permits(0).await?; // closed: acquirers wait
+    /// assert!(gpus.try_acquire().await?.is_none());
+    /// gpus.add_permits(2).await?; // open: two permits from now on
+    /// # Ok(()) }
+    /// ```
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
-        let n = match i64::try_from(permits) {
-            Ok(n) if n > 0 => n,
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "a number of permits must be between 1 and {}, got {permits}",
-                    i64::MAX
-                )));
-            }
-        };
+        let n = i64::try_from(permits).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "a semaphore's permits must be between 0 and {}, got {permits}",
+                i64::MAX
+            ))
+        })?;
         Ok(self.set("set", Some(n)).await? == 1)
     }
 
@@ -276,9 +289,10 @@ impl RPermitExpirableSemaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the semaphore has no permits at all while its count
-    /// exists (waiting could never end), or for a malformed name; otherwise as
-    /// [`try_set_permits`](Self::try_set_permits).
+    /// [`Error::InvalidArgument`] for a malformed name; otherwise as
+    /// [`try_set_permits`](Self::try_set_permits). A semaphore with no permits at all (set to 0,
+    /// or every permit removed) is closed, not an error: the call waits until
+    /// [`add_permits`](Self::add_permits) opens it.
     ///
     /// # Cancel safety
     ///
@@ -328,8 +342,9 @@ impl RPermitExpirableSemaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for `n` of 0 or over [`MAX_PERMITS_PER_GUARD`](Self::MAX_PERMITS_PER_GUARD), or when `n`
-    /// is more than all the permits the semaphore has, free and out (waiting could never end);
-    /// otherwise as [`acquire`](Self::acquire).
+    /// is more than all the permits the semaphore has, free and out (waiting could never end;
+    /// a semaphore with none at all is closed instead, and waited for, as in
+    /// [`acquire`](Self::acquire)); otherwise as [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
@@ -556,6 +571,12 @@ impl RPermitExpirableSemaphore {
                     .ok()
                     .map(|ms| Duration::from_millis(ms.saturating_add(5)));
                 Ok(Attempt::NotYet(foreseen))
+            }
+            // No permits at all, free or out: closed (set to 0, or every permit removed), as a
+            // `Semaphore(0)` is; only `add_permits` opens it, and says so on the channel.
+            -2 if value <= 0 => {
+                in_flight.ids = None;
+                Ok(Attempt::NotYet(None))
             }
             -2 => {
                 in_flight.ids = None;

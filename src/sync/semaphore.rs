@@ -109,9 +109,15 @@ impl RSemaphore {
     /// Sets the permits to `permits` when none are set (Redisson's `trySetPermits`); returns
     /// whether they were set.
     ///
+    /// `permits` may be 0: the semaphore then starts closed, as `java.util.concurrent.Semaphore`
+    /// with 0 permits does. Its count is set (to 0), so a later `try_set_permits` returns
+    /// `false`; every acquire waits (`try_acquire` answers `false`) until
+    /// [`release`](Self::release) or [`add_permits`](Self::add_permits) opens it, from any
+    /// client.
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0 or more than `i64::MAX` permits or a malformed name;
+    /// [`Error::InvalidArgument`] for more than `i64::MAX` permits or a malformed name;
     /// [`Error::WrongType`] when the key holds something else than a count; [`Error::Redis`].
     ///
     /// # Cancel safety
@@ -127,9 +133,26 @@ impl RSemaphore {
     /// }
     /// # Ok(()) }
     /// ```
+    ///
+    /// A gate that starts closed and opens once a warm-up is done:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let gate = client.get_semaphore("cache-warm");
+    /// gate.try_set_permits(0).await?; // closed: acquirers wait
+    /// assert!(!gate.try_acquire(1).await?);
+    /// // ... the warm-up, anywhere ...
+    /// gate.release(8).await?; // open: up to 8 at once from now on
+    /// # Ok(()) }
+    /// ```
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
         self.check()?;
-        let n = checked(permits)?;
+        let n = i64::try_from(permits).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "a semaphore's permits must be between 0 and {}, got {permits}",
+                i64::MAX
+            ))
+        })?;
         let call = ScriptCall::new(&SEMAPHORE_SET)
             .key(&self.shared.name)
             .key(&self.shared.channel)
@@ -253,11 +276,13 @@ impl RSemaphore {
         self.run(call).await
     }
 
-    /// Gives back `n` permits (anybody may) and wakes waiters.
+    /// Gives back `n` permits (anybody may) and wakes waiters. On a semaphore set to 0 permits,
+    /// this is what opens it.
     ///
     /// # Errors
     ///
-    /// As [`try_set_permits`](Self::try_set_permits).
+    /// [`Error::InvalidArgument`] for `n` of 0; otherwise as
+    /// [`try_set_permits`](Self::try_set_permits).
     ///
     /// # Cancel safety
     ///
@@ -281,7 +306,8 @@ impl RSemaphore {
     ///
     /// # Errors
     ///
-    /// As [`try_set_permits`](Self::try_set_permits).
+    /// [`Error::InvalidArgument`] for `n` of 0; otherwise as
+    /// [`try_set_permits`](Self::try_set_permits).
     ///
     /// # Cancel safety
     ///
@@ -310,7 +336,7 @@ impl RSemaphore {
     ///
     /// # Errors
     ///
-    /// As [`try_set_permits`](Self::try_set_permits).
+    /// As [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
@@ -333,7 +359,7 @@ impl RSemaphore {
     ///
     /// # Errors
     ///
-    /// As [`try_set_permits`](Self::try_set_permits).
+    /// As [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
