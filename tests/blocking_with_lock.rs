@@ -551,3 +551,38 @@ fn a_combinators_work_nests_in_every_part() {
         assert!(object.is_free(), "{kind:?}");
     }
 }
+
+/// Input the acquire refuses (no permits, too many, no locks) and a call from async code are
+/// errors, and the closure never runs.
+#[test]
+fn refused_input_never_runs_the_work() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let semaphore = client.get_semaphore("bwl:refused");
+    let ran = AtomicBool::new(false);
+    let run = || ran.store(true, Ordering::SeqCst);
+    for n in [0, u64::MAX] {
+        let answer = semaphore.with_permits(n, run);
+        assert!(
+            matches!(answer, Err(ferrisson::Error::InvalidArgument(_))),
+            "{n}"
+        );
+        let answer = semaphore.try_with_permits_for(n, Duration::ZERO, run);
+        assert!(
+            matches!(answer, Err(ferrisson::Error::InvalidArgument(_))),
+            "{n}"
+        );
+    }
+    let none = MultiLock::new(Vec::<RLock>::new());
+    let answer = none.try_with_lock_for(Duration::ZERO, |_| run());
+    assert!(matches!(answer, Err(ferrisson::Error::InvalidArgument(_))));
+    let answer = RedLock::new(Vec::<RLock>::new()).with_lock(|_| run());
+    assert!(matches!(answer, Err(ferrisson::Error::InvalidArgument(_))));
+    let inside = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { client.get_mutex("bwl:refused").with_lock(|_| run()) });
+    assert!(matches!(inside, Err(ferrisson::Error::InsideRuntime)));
+    assert!(!ran.load(Ordering::SeqCst));
+}

@@ -611,3 +611,54 @@ async fn a_combinators_work_nests_in_every_part() {
         assert!(object.is_free().await, "{kind:?}");
     }
 }
+
+/// Dropped while its work runs (a `timeout` around it), every kind gives its hold back in the
+/// background: the object is free soon after, long before any lease would run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_while_the_work_runs_the_hold_is_given_back() {
+    let server = RedisServer::start();
+    let (client, url) = (client(&server).await, server.url());
+    for_each(ALL, |kind| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let object = Object::new(kind, &client, &url, "dropped").await;
+            let ran_out = tokio::time::timeout(
+                Duration::from_millis(300),
+                object.with_lock(|_| tokio::time::sleep(Duration::from_secs(30))),
+            )
+            .await;
+            assert!(ran_out.is_err(), "{kind:?}: cut by the timeout");
+            let freed = support::eventually(Duration::from_secs(5), || object.is_free()).await;
+            assert!(freed, "{kind:?} is given back");
+        }
+    })
+    .await;
+}
+
+/// Input the acquire refuses (no permits, too many, no locks) is an error, and the work never
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_input_never_runs_the_work() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let semaphore = client.get_semaphore("wle:refused");
+    let ran = AtomicBool::new(false);
+    let run = || async { ran.store(true, Ordering::SeqCst) };
+    for n in [0, u64::MAX] {
+        let answer = semaphore.with_permits(n, run).await;
+        assert!(matches!(answer, Err(Error::InvalidArgument(_))), "{n}");
+        let answer = semaphore.try_with_permits_for(n, Duration::ZERO, run).await;
+        assert!(matches!(answer, Err(Error::InvalidArgument(_))), "{n}");
+    }
+    let none = MultiLock::new(Vec::<RLock>::new());
+    let answer = none.try_with_lock_for(Duration::ZERO, |_| run()).await;
+    assert!(matches!(answer, Err(Error::InvalidArgument(_))));
+    let answer = RedLock::new(Vec::<RLock>::new()).with_lock(|_| run()).await;
+    assert!(matches!(answer, Err(Error::InvalidArgument(_))));
+    let answer = client
+        .get_lock("")
+        .try_with_lock_for(Duration::ZERO, |_| run())
+        .await;
+    assert!(matches!(answer, Err(Error::InvalidArgument(_))));
+    assert!(!ran.load(Ordering::SeqCst));
+}
