@@ -10,7 +10,7 @@ fn first_blocker(locks: &[RLock]) -> Option<Blocker> {
     locks.first().map(|lock| lock.blocker().clone())
 }
 
-fn driven_by<'a>(blocker: &'a Option<Blocker>, what: &str) -> Result<&'a Blocker> {
+pub(super) fn driven_by<'a>(blocker: &'a Option<Blocker>, what: &str) -> Result<&'a Blocker> {
     blocker
         .as_ref()
         .ok_or_else(|| Error::InvalidArgument(format!("a {what} needs at least one lock")))
@@ -35,8 +35,8 @@ fn driven_by<'a>(blocker: &'a Option<Blocker>, what: &str) -> Result<&'a Blocker
 /// ```
 #[derive(Debug, Clone)]
 pub struct MultiLock {
-    multi: crate::MultiLock,
-    blocker: Option<Blocker>,
+    pub(super) multi: crate::MultiLock,
+    pub(super) blocker: Option<Blocker>,
 }
 
 impl MultiLock {
@@ -279,8 +279,8 @@ impl MultiGuard {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedLock {
-    redlock: crate::RedLock,
-    blocker: Option<Blocker>,
+    pub(super) redlock: crate::RedLock,
+    pub(super) blocker: Option<Blocker>,
 }
 
 impl RedLock {

@@ -367,7 +367,8 @@ impl RLock {
     /// # Errors
     ///
     /// As [`lock`](Self::lock) for the acquire (`work` did not run). Never an error of the
-    /// release.
+    /// release. [`try_with_lock_for`](Self::try_with_lock_for) bounds the wait for the lock
+    /// (never the work).
     ///
     /// # Examples
     ///
@@ -383,22 +384,13 @@ impl RLock {
     /// # Ok(()) }
     /// ```
     pub fn with_lock<T>(&self, work: impl FnOnce(u64) -> T) -> Result<T> {
-        let guard = self.lock()?;
+        let guard = self.blocker.call(self.lock.lock())?;
         let token = guard.fencing_token();
         // The closure runs inside the hold's scope: what it acquires of this lock, on this
         // thread, nests in it.
-        let out = guard.scope(|| work(token));
-        let lost = guard.is_lost();
-        match guard.unlock() {
-            Err(_) if lost => tracing::warn!(
-                lock = %self.name(),
-                "the hold was lost while the work under the lock ran; the work ran to its end and \
-                 its output is returned, but it may have run beside another holder"
-            ),
-            Err(e) => crate::lock::scoped::released_late(self.name(), &e),
-            Ok(()) => {}
-        }
-        Ok(out)
+        Ok(super::bounded::work_under(&self.blocker, guard, || {
+            work(token)
+        }))
     }
 }
 

@@ -108,6 +108,7 @@
 //! crate needs anyway, has everything it uses) and is a thin layer of wrappers, so a feature
 //! would save next to no build time and cost every user of it one more thing to know.
 
+mod bounded;
 mod client;
 mod combinator;
 mod guard;

@@ -25,8 +25,8 @@ use crate::error::Result;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RPermitExpirableSemaphore {
-    semaphore: crate::RPermitExpirableSemaphore,
-    blocker: Blocker,
+    pub(super) semaphore: crate::RPermitExpirableSemaphore,
+    pub(super) blocker: Blocker,
 }
 
 impl RPermitExpirableSemaphore {

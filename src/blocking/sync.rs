@@ -21,8 +21,8 @@ use crate::error::Result;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RMutex {
-    mutex: crate::RMutex,
-    blocker: Blocker,
+    pub(super) mutex: crate::RMutex,
+    pub(super) blocker: Blocker,
 }
 
 impl RMutex {
@@ -385,8 +385,8 @@ impl RCountDownLatch {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RSemaphore {
-    semaphore: crate::RSemaphore,
-    blocker: Blocker,
+    pub(super) semaphore: crate::RSemaphore,
+    pub(super) blocker: Blocker,
 }
 
 impl RSemaphore {

@@ -9,6 +9,7 @@
 
 mod multi;
 mod redlock;
+mod with_lock;
 
 use std::future::Future;
 

@@ -307,7 +307,7 @@ fn jitter(max: Duration) -> Duration {
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct RedLockGuard {
-    parts: Vec<LockGuard>,
+    pub(super) parts: Vec<LockGuard>,
     quorum: usize,
     drift: Duration,
     /// Start of the winning attempt + lease: every grant was sent after that start, so each

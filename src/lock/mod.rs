@@ -8,9 +8,11 @@
 //! - [`acquire`]: attempts and waiting ([`wait`], [`handover`] inside one client), with
 //!   [`in_flight`] repairing what a dropped or unanswered attempt may have left;
 //! - [`guard`]: the hold as the caller has it, and its release ([`release`], [`leftover`]);
-//! - [`scoped`]: nesting (`with_lock`, `reenter`, `scope`), and [`observed`]: the spans.
+//! - [`scoped`]: nesting (`with_lock`, `reenter`, `scope`), [`bounded`]: work under a hold of
+//!   any object (`try_with_lock_for`), and [`observed`]: the spans.
 
 mod acquire;
+pub(crate) mod bounded;
 mod fair;
 mod fenced;
 mod guard;

@@ -89,22 +89,32 @@ impl Entry {
     /// Runs `work` on this thread inside this entry's hold, itself inside the thread's current
     /// scope, restoring the thread's scope after (also when `work` panics).
     pub(crate) fn run_here<T>(self, work: impl FnOnce() -> T) -> T {
-        struct Restore(Option<ThreadScope>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let outer = self.0.take();
-                THREAD_SCOPE.with(|s| *s.borrow_mut() = outer);
-            }
-        }
-        let task = tokio::task::try_id();
-        let entered = ThreadScope {
-            scope: Scope::link(Scope::current(), self, task),
-            task,
-        };
-        let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(entered));
-        let _restore = Restore(outer);
-        work()
+        run_here(vec![self], work)
     }
+}
+
+/// Runs `work` on this thread inside `entries`' holds (the last innermost), themselves inside
+/// the thread's current scope, restoring the thread's scope after (also when `work` panics).
+/// No entries: `work` as it is.
+pub(crate) fn run_here<T>(entries: Vec<Entry>, work: impl FnOnce() -> T) -> T {
+    struct Restore(Option<ThreadScope>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            THREAD_SCOPE.with(|s| *s.borrow_mut() = outer);
+        }
+    }
+    if entries.is_empty() {
+        return work();
+    }
+    let task = tokio::task::try_id();
+    let Some(scope) = Scope::chain(Scope::current(), &entries, task) else {
+        return work();
+    };
+    let entered = ThreadScope { scope, task };
+    let outer = THREAD_SCOPE.with(|s| s.borrow_mut().replace(entered));
+    let _restore = Restore(outer);
+    work()
 }
 
 /// The hold an acquisition nests in: its owner, the side of the lock it holds and the lease of

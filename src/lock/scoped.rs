@@ -39,7 +39,8 @@ impl RLock {
     /// It reads better than the guard by hand where the work is one block: the release cannot
     /// be forgotten, and a lost lease stops the work without a `select!`. Take the guard by hand
     /// to hand it to other tasks, to decide what to do on a loss yourself, or to act on the
-    /// release's own result.
+    /// release's own result. [`try_with_lock_for`](Self::try_with_lock_for) bounds the wait
+    /// for the lock (never the work).
     ///
     /// # Errors
     ///
@@ -73,24 +74,9 @@ impl RLock {
         Fut: Future<Output = T>,
     {
         let guard = self.lock().await?;
+        let token = guard.fencing_token();
         // The work runs inside the hold's scope: what it acquires of this lock nests in it.
-        let work = guard.scope(work(guard.fencing_token()));
-        let done = tokio::select! {
-            biased;
-            out = work => Some(out),
-            () = guard.lost() => None,
-        };
-        let Some(out) = done else {
-            // Stopped: the release only tidies up (the hold is gone); the loss is the answer.
-            let _ = guard.unlock().await;
-            return Err(Error::LockLost {
-                name: self.name().to_owned(),
-            });
-        };
-        if let Err(e) = guard.unlock().await {
-            released_late(self.name(), &e);
-        }
-        Ok(out)
+        crate::lock::bounded::run_held(guard, work(token)).await
     }
 }
 

@@ -6,6 +6,8 @@ mod mutex;
 mod permit_guard;
 mod permits;
 mod semaphore;
+mod with_lock;
+pub(crate) mod with_permits;
 
 pub use latch::RCountDownLatch;
 pub use mutex::RMutex;

@@ -38,7 +38,7 @@ use crate::lock::{ClientLocks, LockGuard, RLock};
 #[derive(Debug, Clone)]
 pub struct RMutex {
     /// A plain lock each of whose acquires is an owner of its own.
-    lock: RLock,
+    pub(super) lock: RLock,
 }
 
 impl RMutex {

@@ -90,7 +90,7 @@ impl RSemaphore {
         &self.shared.name
     }
 
-    fn inner(&self) -> &Core {
+    pub(super) fn inner(&self) -> &Core {
         &self.shared.core
     }
 
