@@ -7,6 +7,7 @@ use crate::lease::MAX_LEASE;
 use crate::urls::{check_scheme, check_urls};
 
 mod fairness;
+mod self_wait;
 
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub(crate) struct Config {
     pub(crate) sync_replicas: Option<(u32, Duration)>,
     /// Concurrent lock operations of one kind share script calls (group commit).
     pub(crate) group_commit: bool,
+    /// What an acquisition that waits for a hold of its own task or thread gets.
+    pub(crate) self_wait: SelfWait,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
     /// Metrics carry a `lock` label with the object's name.
@@ -74,6 +77,16 @@ pub(crate) struct Starvation {
     /// How long the lock's set of starving waiters lives after its last new entry. A live
     /// waiter asks again within the re-check interval, so this outlasts it.
     pub(crate) keep: Duration,
+}
+
+/// What an acquisition that waits for a hold its own task (or thread) keeps gets (see
+/// `lock::self_wait`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SelfWait {
+    /// After how long such a wait logs a WARN (then every ten times as long).
+    pub(crate) warning: Duration,
+    /// Refuse such an acquisition at once with `Error::SelfWait` instead.
+    pub(crate) fail: bool,
 }
 
 /// Certificates for `rediss://` connections.
@@ -146,6 +159,9 @@ pub struct ClientBuilder {
     /// `None`: the default, 500 ms or the watchdog timeout if shorter.
     starvation_handoff: Option<Duration>,
     group_commit: bool,
+    /// Set in `self_wait.rs`.
+    self_wait_warning: Duration,
+    fail_on_self_wait: bool,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
     #[cfg(feature = "metrics")]
@@ -171,6 +187,8 @@ impl Default for ClientBuilder {
             starvation_threshold: Some(Duration::from_millis(50)),
             starvation_handoff: None,
             group_commit: true,
+            self_wait_warning: Duration::from_secs(3),
+            fail_on_self_wait: false,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "metrics")]
@@ -513,6 +531,12 @@ impl ClientBuilder {
                 Duration::from_millis(1),
                 day,
             ),
+            (
+                "self_wait_warning",
+                self.self_wait_warning,
+                Duration::from_millis(1),
+                day,
+            ),
         ] {
             if d < min || d > max {
                 return Err(Error::Config(format!(
@@ -572,6 +596,10 @@ impl ClientBuilder {
                     .min(MAX_LEASE),
             },
             group_commit: self.group_commit,
+            self_wait: SelfWait {
+                warning: self.self_wait_warning,
+                fail: self.fail_on_self_wait,
+            },
             #[cfg(feature = "tls")]
             tls: self.tls,
             #[cfg(feature = "metrics")]
