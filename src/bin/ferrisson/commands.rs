@@ -18,8 +18,9 @@ pub(crate) async fn inspect(
     as_kind: Option<Kind>,
     json: bool,
 ) -> Result<Code, Failure> {
-    let snapshot = read(client, name, as_kind).await?;
+    let mut snapshot = read(client, name, as_kind).await?;
     let who = Directory::of(client, &parties(&snapshot)).await?;
+    who.fill_places(&mut snapshot);
     if json {
         let mut value = to_json(&snapshot)?;
         enrich(&mut value, &who);
