@@ -1,6 +1,7 @@
-//! `clients [--json]`: every live client, what each holds and where it waits in line; apart,
-//! the holds and waits of owners whose client records no live identity (dead clients, Java
-//! Redisson clients, clients with identities off).
+//! `clients [--json]`: every live client, what each holds (and where it took it) and where it
+//! waits in line, and its waits for a hold of its own task; apart, the holds and waits of
+//! owners whose client records no live identity (dead clients, Java Redisson clients, clients
+//! with identities off).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
