@@ -280,29 +280,20 @@ fn self_wait<T: std::fmt::Debug>(result: ferrisson::Result<T>, name: &str, held:
 async fn failing_fast_refuses_every_wait_for_its_own_hold_at_once() {
     let server = RedisServer::start();
     let client = failing_client(&server).await;
-    let lock = client.get_lock("fast:lock");
+    const N: &str = "fast:lock";
+    let lock = client.get_lock(N);
     let (guard, held) = (lock.lock().await.unwrap(), line!());
     let started = Instant::now();
-    self_wait(lock.lock().await, "fast:lock", held, line!());
-    self_wait(lock.try_lock().await, "fast:lock", held, line!());
+    self_wait(lock.lock().await, N, held, line!());
+    self_wait(lock.try_lock().await, N, held, line!());
     let wait = Duration::from_secs(5);
-    self_wait(
-        lock.try_lock_for(wait, None).await,
-        "fast:lock",
-        held,
-        line!(),
-    );
+    self_wait(lock.try_lock_for(wait, None).await, N, held, line!());
     let lease = Duration::from_secs(5);
-    self_wait(
-        lock.lock_with_lease(lease).await,
-        "fast:lock",
-        held,
-        line!(),
-    );
+    self_wait(lock.lock_with_lease(lease).await, N, held, line!());
     // A fenced handle of the name is the same lock.
-    let fenced = client.get_fenced_lock("fast:lock");
+    let fenced = client.get_fenced_lock(N);
     let token = fenced.lock_and_get_token().await;
-    self_wait(token, "fast:lock", held, line!() - 1);
+    self_wait(token, N, held, line!() - 1);
     assert!(started.elapsed() < Duration::from_secs(1), "at once");
 
     // Nested acquisitions are not refused: in `with_lock`'s work, a guard's scope, `reenter`.
@@ -342,12 +333,8 @@ async fn failing_fast_refuses_every_wait_for_its_own_hold_at_once() {
     let mutex = client.get_mutex("fast:mutex");
     let (holding, held) = (mutex.lock().await.unwrap(), line!());
     self_wait(mutex.try_lock().await, "fast:mutex", held, line!());
-    self_wait(
-        holding.scope(mutex.lock()).await,
-        "fast:mutex",
-        held,
-        line!(),
-    );
+    let refused = holding.scope(mutex.lock()).await;
+    self_wait(refused, "fast:mutex", held, line!() - 1);
     holding.unlock().await.unwrap();
 
     // A MultiLock names the part refused.
@@ -374,19 +361,15 @@ async fn failing_fast_refuses_a_thread_s_wait_for_its_own_hold_in_the_blocking_a
             .fail_on_self_wait(true)
             .build()
             .unwrap();
-        let lock = client.get_lock("fast:blocking");
+        const B: &str = "fast:blocking";
+        let lock = client.get_lock(B);
         let (guard, held) = (lock.lock().unwrap(), line!());
-        self_wait(lock.lock(), "fast:blocking", held, line!());
-        self_wait(lock.try_lock(), "fast:blocking", held, line!());
+        self_wait(lock.lock(), B, held, line!());
+        self_wait(lock.try_lock(), B, held, line!());
         let wait = Duration::from_secs(5);
-        self_wait(
-            lock.try_lock_for(wait, None),
-            "fast:blocking",
-            held,
-            line!(),
-        );
-        let fenced = client.get_fenced_lock("fast:blocking");
-        self_wait(fenced.lock_and_get_token(), "fast:blocking", held, line!());
+        self_wait(lock.try_lock_for(wait, None), B, held, line!());
+        let fenced = client.get_fenced_lock(B);
+        self_wait(fenced.lock_and_get_token(), B, held, line!());
         let mutex = client.get_mutex("fast:blocking-mutex");
         let (holding, mutex_held) = (mutex.lock().unwrap(), line!());
         self_wait(mutex.lock(), "fast:blocking-mutex", mutex_held, line!());

@@ -7,6 +7,7 @@
 //! client knows ([`in_flight`](crate::lock::in_flight)).
 
 use std::panic::Location;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -95,40 +96,46 @@ impl Holder {
         // Set by the first refusal of a wait: the watch of a wait for the waiter's own hold
         // starts then.
         let busy = &AtomicBool::new(false);
-        let waits = wait::acquire(
-            self.inner(),
-            &channel,
-            wait,
-            wait::Rules {
-                max_nap,
-                starving,
-                courtesy,
-            },
-            |ask_server, starving| async move {
-                observed.attempt_started();
-                let want = Want {
-                    waiting,
-                    stale: false,
+        // Pinned where they are made: moved into a combinator, the wait's future (kilobytes)
+        // would take its room twice in this one's; and in a block of their own, so that it is
+        // gone before the queue is left below.
+        let result = {
+            let waits = pin!(wait::acquire(
+                self.inner(),
+                &channel,
+                wait,
+                wait::Rules {
+                    max_nap,
                     starving,
-                };
-                if starving {
-                    // Armed before it is sent: an attempt dropped or failed after Redis ran it
-                    // may have put the owner in the starving set.
-                    armed.store(true, Ordering::Relaxed);
-                }
-                let answer = self.attempt(mode, want, ask_server, nested).await;
-                observed.attempt_answered(&answer);
-                if waiting && matches!(answer, Ok(Attempt::Busy { .. })) {
-                    busy.store(true, Ordering::Relaxed);
-                }
-                answer
-            },
-            register,
-            handed,
-        );
-        // A nested acquisition works for its hold's owner: it never waits for a hold of its own.
-        let watched = (waiting && nested.is_none()).then(|| self.watch_self_wait(busy, called_at));
-        let result = self_wait::race(waits, watched).await;
+                    courtesy,
+                },
+                |ask_server, starving| async move {
+                    observed.attempt_started();
+                    let want = Want {
+                        waiting,
+                        stale: false,
+                        starving,
+                    };
+                    if starving {
+                        // Armed before it is sent: an attempt dropped or failed after Redis ran
+                        // it may have put the owner in the starving set.
+                        armed.store(true, Ordering::Relaxed);
+                    }
+                    let answer = self.attempt(mode, want, ask_server, nested).await;
+                    observed.attempt_answered(&answer);
+                    if waiting && matches!(answer, Ok(Attempt::Busy { .. })) {
+                        busy.store(true, Ordering::Relaxed);
+                    }
+                    answer
+                },
+                register,
+                handed,
+            ));
+            // A nested acquisition works for its hold's owner: it waits for no hold of its own.
+            let watched =
+                pin!((waiting && nested.is_none()).then(|| self.watch_self_wait(busy, called_at)));
+            self_wait::race(waits, watched).await
+        };
         let joined = queued.armed.swap(false, Ordering::Relaxed);
         let granted = matches!(result, Ok(Some(_)));
         if joined && !queues && !granted {

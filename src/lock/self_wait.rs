@@ -17,6 +17,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::Location;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
@@ -130,20 +131,23 @@ impl Holder {
 }
 
 /// Runs `work`, polling `watch` (when given) right after it every time: the answer is
-/// `work`'s.
-pub(super) async fn race<T>(
-    work: impl Future<Output = T>,
-    watch: Option<impl Future<Output = Infallible>>,
-) -> T {
-    let watch = async {
-        match watch {
-            Some(watch) => watch.await,
-            None => std::future::pending().await,
+/// `work`'s. Both are pinned by the caller, where they were made (see `acquire_observed`).
+pub(super) fn race<T, W>(
+    mut work: Pin<&mut impl Future<Output = T>>,
+    mut watch: Pin<&mut Option<W>>,
+) -> impl Future<Output = T>
+where
+    W: Future<Output = Infallible>,
+{
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(out);
         }
-    };
-    tokio::select! {
-        biased;
-        out = work => out,
-        never = watch => match never {},
-    }
+        if let Some(watch) = watch.as_mut().as_pin_mut()
+            && let Poll::Ready(never) = watch.poll(cx)
+        {
+            match never {}
+        }
+        Poll::Pending
+    })
 }
