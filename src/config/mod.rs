@@ -9,6 +9,8 @@ use crate::urls::{check_scheme, check_urls};
 mod fairness;
 mod self_wait;
 
+pub(crate) use self_wait::SelfWait;
+
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -77,16 +79,6 @@ pub(crate) struct Starvation {
     /// How long the lock's set of starving waiters lives after its last new entry. A live
     /// waiter asks again within the re-check interval, so this outlasts it.
     pub(crate) keep: Duration,
-}
-
-/// What an acquisition that waits for a hold its own task (or thread) keeps gets (see
-/// `lock::self_wait`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SelfWait {
-    /// After how long such a wait logs a WARN (then every ten times as long).
-    pub(crate) warning: Duration,
-    /// Refuse such an acquisition at once with `Error::SelfWait` instead.
-    pub(crate) fail: bool,
 }
 
 /// Certificates for `rediss://` connections.
@@ -464,6 +456,7 @@ impl ClientBuilder {
     }
 
     pub(crate) fn check(self) -> Result<Config> {
+        let self_wait = self.self_wait()?;
         let (url, topology) = match (self.url, self.cluster, self.sentinel) {
             (Some(url), None, None) => {
                 check_scheme("url", &url, true)?;
@@ -531,12 +524,6 @@ impl ClientBuilder {
                 Duration::from_millis(1),
                 day,
             ),
-            (
-                "self_wait_warning",
-                self.self_wait_warning,
-                Duration::from_millis(1),
-                day,
-            ),
         ] {
             if d < min || d > max {
                 return Err(Error::Config(format!(
@@ -596,10 +583,7 @@ impl ClientBuilder {
                     .min(MAX_LEASE),
             },
             group_commit: self.group_commit,
-            self_wait: SelfWait {
-                warning: self.self_wait_warning,
-                fail: self.fail_on_self_wait,
-            },
+            self_wait,
             #[cfg(feature = "tls")]
             tls: self.tls,
             #[cfg(feature = "metrics")]

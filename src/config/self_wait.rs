@@ -6,6 +6,17 @@
 use std::time::Duration;
 
 use super::ClientBuilder;
+use crate::error::{Error, Result};
+
+/// What an acquisition that waits for a hold its own task (or thread) keeps gets (see
+/// `lock::self_wait`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SelfWait {
+    /// After how long such a wait logs a WARN (then every ten times as long).
+    pub(crate) warning: Duration,
+    /// Refuse such an acquisition at once with `Error::SelfWait` instead.
+    pub(crate) fail: bool,
+}
 
 impl ClientBuilder {
     /// After how long an acquisition that waits for a hold its own task keeps logs a WARN:
@@ -84,5 +95,20 @@ impl ClientBuilder {
     pub fn fail_on_self_wait(mut self, on: bool) -> Self {
         self.fail_on_self_wait = on;
         self
+    }
+
+    /// The settings checked, for [`check`](Self::check).
+    pub(super) fn self_wait(&self) -> Result<SelfWait> {
+        let after = self.self_wait_warning;
+        let day = Duration::from_secs(24 * 3600);
+        if after < Duration::from_millis(1) || after > day {
+            return Err(Error::Config(format!(
+                "self_wait_warning must be between 1ms and a day, got {after:?}"
+            )));
+        }
+        Ok(SelfWait {
+            warning: after,
+            fail: self.fail_on_self_wait,
+        })
     }
 }
