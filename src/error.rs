@@ -160,6 +160,51 @@ pub enum Error {
         name: String,
     },
 
+    /// With [`ClientBuilder::fail_on_self_wait`](crate::ClientBuilder::fail_on_self_wait): an
+    /// acquisition made outside every scope of the lock, for a lock its own task (outside any
+    /// task: its own thread) holds, which it would wait for, for ever while that hold is
+    /// renewed. Refused at once, before anything was sent: nest instead (inside
+    /// [`RLock::with_lock`](crate::RLock::with_lock)'s work or
+    /// [`guard.scope(..)`](crate::LockGuard::scope), or take
+    /// [`guard.reenter()`](crate::LockGuard::reenter)); a reader that wants the write side
+    /// releases its read hold first. See the guide's
+    /// [wait for your own hold](crate::guide::semantics#a-wait-for-your-own-hold).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .fail_on_self_wait(true)
+    ///     .build()
+    ///     .await?;
+    /// let lock = client.get_lock("inventory");
+    /// let guard = lock.lock().await?;
+    /// match lock.lock().await {
+    ///     // "lock `inventory`: the acquisition at src/main.rs:12:20 would wait for ever for a
+    ///     // hold its own task or thread keeps, taken at src/main.rs:10:22; ..."
+    ///     Err(ferrisson::Error::SelfWait { held_at, called_at, .. }) => {
+    ///         eprintln!("taken at {held_at}, asked again at {called_at}");
+    ///     }
+    ///     other => drop(other),
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[error(
+        "lock `{name}`: the acquisition at {called_at} would wait for ever for a hold its own task or thread keeps, taken at {held_at}; every acquisition is an owner of its own: to nest, run the work inside `with_lock` or `guard.scope(..)`, or take `guard.reenter()` (a reader that wants to write releases its read hold first)"
+    )]
+    SelfWait {
+        /// The lock's name.
+        name: String,
+        /// Where the hold it would wait for was taken: `file:line:column` of the acquiring
+        /// call (e.g. `src/orders.rs:42:27`).
+        held_at: String,
+        /// Where the refused acquisition was called, `file:line:column`.
+        called_at: String,
+    },
+
     /// Some parts of a [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock) failed to
     /// release (or to acquire); one error per failed part. The other parts were handled all the
     /// same.

@@ -148,3 +148,25 @@ fn timeouts_are_unknown_outcomes_refusals_are_not() {
     let reset = Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "r").into());
     assert!(reset.outcome_unknown() && reset.connection_dropped());
 }
+
+#[test]
+fn a_self_wait_names_both_places_and_how_to_nest() {
+    let err = Error::SelfWait {
+        name: "inventory".into(),
+        held_at: "src/orders.rs:10:22".into(),
+        called_at: "src/orders.rs:12:20".into(),
+    };
+    let shown = err.to_string();
+    for part in [
+        "`inventory`",
+        "src/orders.rs:10:22",
+        "src/orders.rs:12:20",
+        "with_lock",
+        "guard.scope(..)",
+        "guard.reenter()",
+        "releases its read hold first",
+    ] {
+        assert!(shown.contains(part), "{part} in {shown}");
+    }
+    assert!(std::error::Error::source(&err).is_none());
+}

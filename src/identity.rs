@@ -3,9 +3,13 @@
 //!
 //! Written when the client connects (`lua/client_identity.lua`), kept alive by the watchdog's
 //! heartbeat (one `PEXPIRE` a second; written again when the heartbeat finds it gone), removed by
-//! [`Client::close`]; a client that dies without closing is gone within [`TTL`].
+//! [`Client::close`]; a client that dies without closing is gone within [`TTL`]. The heartbeat
+//! also says there where the client's holds were taken and which of its acquisitions wait for
+//! a hold of their own task ([`sites`]), in the same call, when that changed
+//! (`lua/client_beat.lua` instead of the `PEXPIRE`).
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -14,7 +18,12 @@ use uuid::Uuid;
 use crate::Client;
 use crate::config::ClientBuilder;
 use crate::error::{Error, Result};
-use crate::script::{CLIENT_IDENTITY, Executor, ScriptCall};
+use crate::script::{CLIENT_BEAT, CLIENT_IDENTITY, Executor, ScriptCall};
+use crate::watchdog::Sites;
+
+mod sites;
+
+pub use sites::{HoldSite, SelfWaitSite};
 
 /// The pattern every identity key matches (and the ACL rule grants).
 const PATTERN: &str = "ferrisson_client:*";
@@ -83,9 +92,21 @@ pub(crate) struct Own {
     /// When the client started, server unix ms, as the first write stamped it (0 before): a
     /// write after the key was lost keeps the client's first start, not the write's.
     started: AtomicU64,
-    /// Whether [`Client::close`] removed the identity. Held across a beat's calls, so that a
-    /// beat that found the key gone cannot write it back after the removal.
-    removed: tokio::sync::Mutex<bool>,
+    /// The moment of this process at which the first write's answer came, and the server's
+    /// clock it stamped: puts the client's own moments on the server's clock.
+    clock: OnceLock<(std::time::Instant, u64)>,
+    /// Held across a beat's calls, so that a beat that found the key gone cannot write it back
+    /// after the removal, and beats publish in order.
+    state: tokio::sync::Mutex<Beats>,
+}
+
+/// What the beats have done.
+#[derive(Debug)]
+struct Beats {
+    /// Whether [`Client::close`] removed the identity.
+    removed: bool,
+    /// The holds' and self-waits' fields as the identity has them (see [`sites`]).
+    published: Vec<(&'static str, String)>,
 }
 
 impl Own {
@@ -101,54 +122,89 @@ impl Own {
                 ("version", env!("CARGO_PKG_VERSION").to_owned()),
             ],
             started: AtomicU64::new(0),
-            removed: tokio::sync::Mutex::new(false),
+            clock: OnceLock::new(),
+            state: tokio::sync::Mutex::new(Beats {
+                removed: false,
+                published: sites::fields(&Sites::default(), None),
+            }),
         }
     }
 
-    /// Writes the identity whole, with its TTL (when the client connects, and when a beat
-    /// found it gone).
+    /// Writes the identity whole, with its TTL (when the client connects).
     pub(crate) async fn write(&self, executor: &Executor) -> Result<()> {
+        self.write_with(executor, &[]).await
+    }
+
+    /// Writes the identity whole with `more` fields, with its TTL.
+    async fn write_with(&self, executor: &Executor, more: &[(&str, String)]) -> Result<()> {
         let mut call = ScriptCall::new(&CLIENT_IDENTITY)
             .key(&self.key)
             .arg(TTL.as_millis() as u64);
-        call = match self.started.load(Ordering::Relaxed) {
-            0 => call.arg(""),
-            started => call.arg(started),
+        let first = self.started.load(Ordering::Relaxed) == 0;
+        call = match first {
+            true => call.arg(""),
+            false => call.arg(self.started.load(Ordering::Relaxed)),
         };
-        for (field, value) in &self.fields {
+        for (field, value) in self.fields.iter().chain(more) {
             call = call.arg(*field).arg(value.as_str());
         }
         let started: String = executor.run(&call, &self.key).await?;
         let started = started.parse().map_err(|_| {
             Error::unexpected(format!("client_identity answered the start {started:?}"))
         })?;
+        if first {
+            // The server's clock now, give or take half a round trip.
+            let _ = self.clock.set((std::time::Instant::now(), started));
+        }
         self.started.store(started, Ordering::Relaxed);
         Ok(())
     }
 
-    /// The heartbeat's refresh: one `PEXPIRE`, and the whole identity again when the key is
-    /// gone (a restarted or emptied server). Nothing once the client was closed.
-    pub(crate) async fn beat(&self, executor: &Executor) -> Result<()> {
-        let removed = self.removed.lock().await;
-        if *removed {
+    /// The heartbeat's refresh: one `PEXPIRE`, or, when `sites` (what the client's holds and
+    /// self-waits are now) differ from what the identity says, one script that also sets
+    /// those fields; the whole identity again when the key is gone (a restarted or emptied
+    /// server). Nothing once the client was closed.
+    pub(crate) async fn beat(&self, executor: &Executor, sites: Option<&Sites>) -> Result<()> {
+        let mut state = self.state.lock().await;
+        if state.removed {
             return Ok(());
         }
-        let mut pexpire = redis::cmd("PEXPIRE");
-        pexpire.arg(&self.key).arg(TTL.as_millis() as u64);
-        // Sent as a read is (again, once, on a new connection when the first dropped): a second
-        // PEXPIRE does what the first did.
-        let kept: i64 = executor.read(&pexpire, &self.key).await?;
+        let now = sites.map(|s| sites::fields(s, self.clock.get().copied()));
+        let changed = now.filter(|now| *now != state.published);
+        let kept: i64 = match &changed {
+            None => {
+                let mut pexpire = redis::cmd("PEXPIRE");
+                pexpire.arg(&self.key).arg(TTL.as_millis() as u64);
+                // Sent as a read is (again, once, on a new connection when the first dropped):
+                // a second PEXPIRE does what the first did.
+                executor.read(&pexpire, &self.key).await?
+            }
+            Some(fields) => {
+                let mut call = ScriptCall::new(&CLIENT_BEAT)
+                    .key(&self.key)
+                    .arg(TTL.as_millis() as u64);
+                for (field, value) in fields {
+                    call = call.arg(*field).arg(value.as_str());
+                }
+                // Sets what one call would: sent again as a read is.
+                executor.run_read(&call, &self.key).await?
+            }
+        };
         if kept == 0 {
             tracing::debug!(key = %self.key, "the client's identity was gone: writing it again");
-            self.write(executor).await?;
+            let fields = changed.as_ref().unwrap_or(&state.published);
+            self.write_with(executor, fields).await?;
+        }
+        if let Some(fields) = changed {
+            state.published = fields;
         }
         Ok(())
     }
 
     /// Removes the identity for good (see [`Client::close`]).
     pub(crate) async fn remove(&self, executor: &Executor) -> Result<()> {
-        let mut removed = self.removed.lock().await;
-        *removed = true;
+        let mut state = self.state.lock().await;
+        state.removed = true;
         let mut del = redis::cmd("DEL");
         del.arg(&self.key);
         // A DEL sent twice removes what one would.
@@ -234,6 +290,20 @@ pub struct ClientIdentity {
         serde(rename = "age_ms", serialize_with = "crate::inspect::ser::millis")
     )]
     pub age: Duration,
+    /// Where the client's lock holds that have lived at least a second were taken (the
+    /// `file:line:column` of each acquiring call), by lock and owner; at most 200 (see
+    /// [`hold_sites_total`](Self::hold_sites_total)). Refreshed by the client's heartbeat
+    /// within about a second of a change; empty from a client of an earlier version. Look one
+    /// up with [`acquired_at`](Self::acquired_at).
+    pub hold_sites: Vec<HoldSite>,
+    /// How many holds the client has that have lived at least a second: more than
+    /// [`hold_sites`](Self::hold_sites) lists when it has more than 200.
+    pub hold_sites_total: usize,
+    /// The client's acquisitions that have waited longer than its
+    /// [`self_wait_warning`](crate::ClientBuilder::self_wait_warning) for a hold their own task
+    /// (or thread) keeps, and still wait: most likely for ever (see the guide's [wait for your
+    /// own hold](crate::guide::semantics#a-wait-for-your-own-hold)).
+    pub self_waits: Vec<SelfWaitSite>,
 }
 
 impl ClientIdentity {
@@ -243,6 +313,7 @@ impl ClientIdentity {
         if fields.is_empty() {
             return None;
         }
+        let sites = sites::read(&fields, now_ms);
         let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
         let started_ms = fields
             .get("started")
@@ -256,7 +327,36 @@ impl ClientIdentity {
             version: text("version"),
             started_ms,
             age: Duration::from_millis(now_ms.saturating_sub(started_ms)),
+            hold_sites: sites.holds,
+            hold_sites_total: sites.holds_total,
+            self_waits: sites.self_waits,
         })
+    }
+
+    /// Where this client's hold of lock `lock` by `owner` (`<client-uuid>:<n>`, as a snapshot's
+    /// holder, writer or reader names it) was taken, `file:line:column`, if the identity says
+    /// (see [`hold_sites`](Self::hold_sites)): `None` for a hold younger than a second or not
+    /// among the 200 listed, and for another client's owner.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// let lock = client.get_lock("orders:42").snapshot().await?;
+    /// for holder in &lock.holders {
+    ///     let Some(id) = holder.client else { continue };
+    ///     if let Some(who) = client.identity_of(id).await? {
+    ///         let at = who.acquired_at(&lock.name, &holder.owner);
+    ///         println!("{} holds it, acquired at {}", who.app, at.unwrap_or("?"));
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acquired_at(&self, lock: &str, owner: &str) -> Option<&str> {
+        self.hold_sites
+            .iter()
+            .find(|h| h.lock == lock && h.owner == owner)
+            .map(|h| h.acquired_at.as_str())
     }
 }
 

@@ -38,7 +38,7 @@ pub use client::Client;
 pub use combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
 pub use config::ClientBuilder;
 pub use error::{Error, Result};
-pub use identity::ClientIdentity;
+pub use identity::{ClientIdentity, HoldSite, SelfWaitSite};
 pub use lock::{LockGuard, RFairLock, RFencedLock, RLock, RReadWriteLock, RwPolicy};
 pub use signal::{OnSignal, Signal};
 pub use sync::{PermitGuard, RCountDownLatch, RMutex, RPermitExpirableSemaphore, RSemaphore};

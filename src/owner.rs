@@ -4,7 +4,8 @@
 //! acquisition is (see [`lock::owner`](crate::lock)): its name in Redis is `<client-uuid>:<n>`,
 //! `n` a per-client counter, so Java threads and ferrisson acquisitions contend alike. The
 //! [`Asker`] (the Tokio task, else the thread) only tells where an acquisition was made, for
-//! the hint a wait for a hold of its own task gets.
+//! the warning (or, failing fast, the error) a wait for a hold of its own task gets (see
+//! [`self_wait`](crate::lock::self_wait)).
 
 use std::fmt::Write as _;
 use std::sync::Arc;

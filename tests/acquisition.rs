@@ -1,13 +1,13 @@
 //! Every acquisition is an owner of its own: two acquisitions of one lock exclude each other
 //! whatever task, future or handle they come from (futures joined, selected or buffered in ONE
 //! task included), a guard handed to another task carries its hold, and a task spawned inside
-//! a hold's scope is outside it. A wait for a hold taken in the same task logs one hint.
-//! Under the old rule (one owner per task) every test here fails.
+//! a hold's scope is outside it (a wait for a hold of the waiter's own task is the concern of
+//! `tests/self_wait.rs`). Under the old rule (one owner per task) every test here fails.
 
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrisson::{LockGuard, RLock};
@@ -15,12 +15,8 @@ use futures::StreamExt;
 use futures::future::join_all;
 use support::{Checker, RedisServer, client, freed, join_within, within};
 use tokio::sync::oneshot;
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 const INSIDE: Duration = Duration::from_millis(2);
-const HINT: &str = "waits for a hold taken in the same task or thread";
 
 /// One critical section of a granted hold: enter, stay a little, leave, give it back.
 async fn inside(guard: LockGuard, checker: &Checker) {
@@ -315,119 +311,4 @@ async fn a_task_spawned_inside_a_scope_is_outside_it() {
     assert!(spawned.await, "a task spawned in the scope waits");
     guard.unlock().await.unwrap();
     freed(&lock).await;
-}
-
-/// Every event, as the global subscriber of this test binary sees it.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    message: String,
-    level: Option<Level>,
-    lock: Option<String>,
-}
-
-impl Visit for Seen {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        let text = format!("{value:?}");
-        match field.name() {
-            "message" => self.message = text,
-            "lock" => self.lock = Some(text),
-            _ => {}
-        }
-    }
-}
-
-struct Capture(Arc<Mutex<Vec<Seen>>>);
-
-impl<S: Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let mut seen = Seen {
-            level: Some(*event.metadata().level()),
-            ..Seen::default()
-        };
-        event.record(&mut seen);
-        self.0.lock().unwrap().push(seen);
-    }
-}
-
-fn events() -> &'static Arc<Mutex<Vec<Seen>>> {
-    static EVENTS: OnceLock<Arc<Mutex<Vec<Seen>>>> = OnceLock::new();
-    EVENTS.get_or_init(|| {
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let subscriber = tracing_subscriber::registry().with(Capture(events.clone()));
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        events
-    })
-}
-
-/// The hints logged so far for lock `name`.
-fn hints(name: &str) -> Vec<Seen> {
-    events()
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.lock.as_deref() == Some(name) && e.message.contains(HINT))
-        .cloned()
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_for_a_hold_of_the_same_task_logs_one_hint() {
-    events();
-    let server = RedisServer::start();
-    let client = client(&server).await;
-
-    // The test's own future (a thread, not a task) and a spawned task: one hint per wait.
-    let lock = client.get_lock("hint:same");
-    let guard = lock.lock().await.unwrap();
-    let second = lock
-        .try_lock_for(Duration::from_millis(300), None)
-        .await
-        .unwrap();
-    assert!(second.is_none());
-    let found = hints("hint:same");
-    assert_eq!(found.len(), 1, "{found:#?}");
-    assert_eq!(found[0].level, Some(Level::WARN));
-    // A dispatcher waits for its own task's holds as meant, every time: the hint comes at
-    // most once every 10 s per client, so a second such wait right after adds none.
-    let third = lock.try_lock_for(Duration::from_millis(100), None).await;
-    assert!(third.unwrap().is_none());
-    assert_eq!(hints("hint:same").len(), 1, "{:#?}", hints("hint:same"));
-    guard.unlock().await.unwrap();
-
-    // Another client, whose hint is due.
-    let client = support::client(&server).await;
-    let in_task = client.get_lock("hint:task");
-    tokio::spawn(async move {
-        let guard = in_task.lock().await.unwrap();
-        let second = in_task.try_lock_for(Duration::from_millis(300), None);
-        assert!(second.await.unwrap().is_none());
-        guard.unlock().await.unwrap();
-    })
-    .await
-    .unwrap();
-    let found = hints("hint:task");
-    assert_eq!(found.len(), 1, "{found:#?}");
-    assert_eq!(found[0].level, Some(Level::WARN));
-
-    // A hold of another task: a wait as meant, no hint.
-    let lock = client.get_lock("hint:other");
-    let (held_tx, held_rx) = oneshot::channel();
-    let (done_tx, done_rx) = oneshot::channel::<()>();
-    let holder = {
-        let lock = lock.clone();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            held_tx.send(()).unwrap();
-            let _ = done_rx.await;
-            guard.unlock().await.unwrap();
-        })
-    };
-    held_rx.await.unwrap();
-    let waited = lock.try_lock_for(Duration::from_millis(300), None);
-    assert!(waited.await.unwrap().is_none());
-    done_tx.send(()).unwrap();
-    holder.await.unwrap();
-    let granted = lock.try_lock_for(Duration::from_secs(10), None).await;
-    granted.unwrap().expect("free").unlock().await.unwrap();
-    assert!(hints("hint:other").is_empty(), "{:#?}", hints("hint:other"));
 }

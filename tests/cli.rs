@@ -1,7 +1,8 @@
 //! The `ferrisson` tool end to end: the built binary run as a subprocess against real servers.
 //! `inspect` (human and JSON, holders of two clients named by their identity, exit codes free
 //! and held), `list` (patterns, several kinds, one server and a Cluster), `clients` (who is
-//! alive and what each holds), `force-unlock` (a holder process told within about a second,
+//! alive and what each holds), where a holder process took its hold and its wait for itself
+//! (`clients` and `inspect`), `force-unlock` (a holder process told within about a second,
 //! the refusal without a terminal, the exit codes), names with control characters shown
 //! escaped, `--no-identity` (no identity of the tool's own, for an ACL user that may not write
 //! one), and bad input.
@@ -368,6 +369,66 @@ async fn clients_lists_who_is_alive_and_what_each_holds() {
     b.unlock().await.unwrap();
     first.unlock().await.unwrap();
     in_line.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_and_inspect_say_where_holds_were_taken_and_who_waits_for_itself() {
+    let server = RedisServer::start();
+    // A process that holds `orders` and calls lock() again in the same task, the Java way.
+    let mut holder = HolderProcess::spawn(&server, "orders", 30_000, "self-wait");
+    holder.locked(Duration::from_secs(10)).await;
+    let places = holder.line(Duration::from_secs(5)).await;
+    let lines: Vec<&str> = places.strip_prefix("AT ").unwrap().split(' ').collect();
+    let held_at = format!("tests/bin/holder.rs:{}:", lines[0]);
+    let called_at = format!("tests/bin/holder.rs:{}:", lines[1]);
+    // Its identity says so once the hold has lived a second and the wait 200 ms: a beat or two.
+    let client = support::client(&server).await;
+    let said = support::eventually(Duration::from_secs(8), || async {
+        let all = client.clients().await.unwrap();
+        all.iter()
+            .any(|c| !c.self_waits.is_empty() && !c.hold_sites.is_empty())
+    });
+    assert!(said.await, "{:#?}", client.clients().await.unwrap());
+
+    let text = stdout(&on(&server, &["clients"]).await);
+    let line_of = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no `{what}` in {text}"))
+            .to_owned()
+    };
+    let holds = line_of("holds orders (lock");
+    assert!(holds.contains(&format!("acquired at {held_at}")), "{text}");
+    let waits = line_of("waits for a hold of its own task: orders");
+    assert!(waits.contains(&format!("held at {held_at}")), "{text}");
+    assert!(waits.contains(&format!("waiting at {called_at}")), "{text}");
+    assert!(waits.contains(", for "), "{text}");
+
+    let listed = json(&on(&server, &["clients", "--json"]).await);
+    let me = listed["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["app"] == "ferrisson-test-holder")
+        .unwrap_or_else(|| panic!("{listed:#}"));
+    let starts = |v: &Value, with: &str| v.as_str().is_some_and(|s| s.starts_with(with));
+    assert!(starts(&me["holds"][0]["acquired_at"], &held_at), "{me:#}");
+    let wait = &me["self_waits"][0];
+    assert_eq!(wait["lock"], "orders");
+    assert!(starts(&wait["held_at"], &held_at), "{me:#}");
+    assert!(starts(&wait["called_at"], &called_at), "{me:#}");
+    assert_eq!(wait["thread"], false);
+    assert!(wait["waited_ms"].as_u64().unwrap() >= 200, "{me:#}");
+
+    let shown = on(&server, &["inspect", "orders"]).await;
+    assert_eq!(code(&shown), 1, "held");
+    let shown = stdout(&shown);
+    assert!(shown.contains(&format!("acquired at {held_at}")), "{shown}");
+    let snapshot = json(&on(&server, &["inspect", "orders", "--json"]).await);
+    assert!(
+        starts(&snapshot["holders"][0]["acquired_at"], &held_at),
+        "{snapshot:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,6 +62,7 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_with_lock_for<T>(
         &self,
         wait: Duration,
@@ -97,6 +98,7 @@ impl RMutex {
     /// assert_eq!(applied, 3);
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn with_lock<T>(&self, work: impl FnOnce(u64) -> T) -> Result<T> {
         let guard = self.blocker.call(self.mutex.lock())?;
         let token = guard.fencing_token();
@@ -125,6 +127,7 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_with_lock_for<T>(
         &self,
         wait: Duration,
@@ -162,6 +165,7 @@ impl MultiLock {
     /// assert_eq!(parts, 2);
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn with_lock<T>(&self, work: impl FnOnce(Vec<u64>) -> T) -> Result<T> {
         let blocker = driven_by(&self.blocker, "MultiLock")?;
         let guard = blocker.call(self.multi.lock())?;
@@ -190,6 +194,7 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_with_lock_for<T>(
         &self,
         wait: Duration,
@@ -225,6 +230,7 @@ impl RedLock {
     /// assert!(granted >= redlock.quorum());
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn with_lock<T>(&self, work: impl FnOnce(Vec<u64>) -> T) -> Result<T> {
         let blocker = driven_by(&self.blocker, "RedLock")?;
         let guard = blocker.call(self.redlock.lock())?;
@@ -253,6 +259,7 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_with_lock_for<T>(
         &self,
         wait: Duration,

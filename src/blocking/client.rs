@@ -518,6 +518,19 @@ impl ClientBuilder {
         self.with(|b| b.metrics_lock_names(on))
     }
 
+    /// After how long a wait for a hold of the calling thread's own logs a WARN. Default is
+    /// 3 s. See [`ferrisson::ClientBuilder::self_wait_warning`](crate::ClientBuilder::self_wait_warning).
+    pub fn self_wait_warning(self, after: Duration) -> Self {
+        self.with(|b| b.self_wait_warning(after))
+    }
+
+    /// Whether an acquisition that would wait for a hold of its own thread fails at once with
+    /// [`Error::SelfWait`]. Default is false. See
+    /// [`ferrisson::ClientBuilder::fail_on_self_wait`](crate::ClientBuilder::fail_on_self_wait).
+    pub fn fail_on_self_wait(self, on: bool) -> Self {
+        self.with(|b| b.fail_on_self_wait(on))
+    }
+
     /// The application name the client's identity gives. See
     /// [`ferrisson::ClientBuilder::app_name`](crate::ClientBuilder::app_name).
     pub fn app_name(self, name: impl Into<String>) -> Self {

@@ -1,5 +1,6 @@
 //! Blocking combinators: `MultiLock` and `RedLock`.
 
+use std::panic::Location;
 use std::time::Duration;
 
 use super::{Blocker, RLock};
@@ -86,9 +87,10 @@ impl MultiLock {
     /// multi.lock()?.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock(&self) -> Result<MultiGuard> {
         let blocker = driven_by(&self.blocker, "MultiLock")?;
-        let guard = blocker.call(self.multi.lock())?;
+        let guard = blocker.call(self.multi.lock_at(Location::caller()))?;
         Ok(self.guard(guard, blocker))
     }
 
@@ -105,9 +107,11 @@ impl MultiLock {
     /// multi.lock_with_lease(std::time::Duration::from_secs(10))?.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
         let blocker = driven_by(&self.blocker, "MultiLock")?;
-        let guard = blocker.call(self.multi.lock_with_lease(lease))?;
+        let lock = self.multi.lock_with_lease_at(lease, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(self.guard(guard, blocker))
     }
 
@@ -127,9 +131,13 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock(&self) -> Result<Option<MultiGuard>> {
         let blocker = driven_by(&self.blocker, "MultiLock")?;
-        let guard = blocker.call(self.multi.try_lock())?;
+        let lock = self
+            .multi
+            .acquire(Some(Duration::ZERO), None, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(guard.map(|g| self.guard(g, blocker)))
     }
 
@@ -149,13 +157,15 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
         let blocker = driven_by(&self.blocker, "MultiLock")?;
-        let guard = blocker.call(self.multi.try_lock_for(wait, lease))?;
+        let lock = self.multi.acquire(Some(wait), lease, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(guard.map(|g| self.guard(g, blocker)))
     }
 }
@@ -378,9 +388,10 @@ impl RedLock {
     /// redlock.lock()?.unlock().ok();
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock(&self) -> Result<RedLockGuard> {
         let blocker = driven_by(&self.blocker, "RedLock")?;
-        let guard = blocker.call(self.redlock.lock())?;
+        let guard = blocker.call(self.redlock.lock_at(Location::caller()))?;
         Ok(self.guard(guard, blocker))
     }
 
@@ -397,9 +408,11 @@ impl RedLock {
     /// redlock.lock_with_lease(std::time::Duration::from_secs(10))?.unlock().ok();
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
         let blocker = driven_by(&self.blocker, "RedLock")?;
-        let guard = blocker.call(self.redlock.lock_with_lease(lease))?;
+        let lock = self.redlock.lock_with_lease_at(lease, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(self.guard(guard, blocker))
     }
 
@@ -419,9 +432,13 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock(&self) -> Result<Option<RedLockGuard>> {
         let blocker = driven_by(&self.blocker, "RedLock")?;
-        let guard = blocker.call(self.redlock.try_lock())?;
+        let lock = self
+            .redlock
+            .acquire(Some(Duration::ZERO), None, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(guard.map(|g| self.guard(g, blocker)))
     }
 
@@ -441,13 +458,15 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
         let blocker = driven_by(&self.blocker, "RedLock")?;
-        let guard = blocker.call(self.redlock.try_lock_for(wait, lease))?;
+        let lock = self.redlock.acquire(Some(wait), lease, Location::caller());
+        let guard = blocker.call(lock)?;
         Ok(guard.map(|g| self.guard(g, blocker)))
     }
 }

@@ -1,6 +1,7 @@
 //! Blocking lock handles: `RLock` (plain and fair) and `RFencedLock`.
 
 use std::ops::Deref;
+use std::panic::Location;
 use std::time::Duration;
 
 use super::{Blocker, LockGuard};
@@ -138,8 +139,10 @@ impl RLock {
     /// guard.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock(&self) -> Result<LockGuard> {
-        self.blocker.call(self.lock.lock()).map(|g| self.guard(g))
+        let lock = self.lock.lock_at(Location::caller());
+        self.blocker.call(lock).map(|g| self.guard(g))
     }
 
     /// Waits until the lock is acquired, with a fixed `lease` that is never renewed. As
@@ -158,8 +161,10 @@ impl RLock {
     /// guard.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        let guard = self.blocker.call(self.lock.lock_with_lease(lease))?;
+        let lock = self.lock.lock_with_lease_at(lease, Location::caller());
+        let guard = self.blocker.call(lock)?;
         Ok(self.guard(guard))
     }
 
@@ -178,8 +183,10 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.guarded(self.blocker.call(self.lock.try_lock()))
+        let lock = self.lock.try_lock_at(Location::caller());
+        self.guarded(self.blocker.call(lock))
     }
 
     /// Waits at most `wait` for the lock; with `lease` the lease is fixed, without it the
@@ -201,12 +208,14 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.guarded(self.blocker.call(self.lock.try_lock_for(wait, lease)))
+        let lock = self.lock.try_lock_for_at(wait, lease, Location::caller());
+        self.guarded(self.blocker.call(lock))
     }
 
     /// Whether anybody holds the lock.
@@ -383,6 +392,7 @@ impl RLock {
     /// assert_eq!(total, 42);
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn with_lock<T>(&self, work: impl FnOnce(u64) -> T) -> Result<T> {
         let guard = self.blocker.call(self.lock.lock())?;
         let token = guard.fencing_token();
@@ -441,8 +451,10 @@ impl RFencedLock {
     /// guard.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_and_get_token(&self) -> Result<(u64, LockGuard)> {
-        let guard = self.lock.blocker.call(self.fenced.lock())?;
+        let lock = self.fenced.lock_at(Location::caller());
+        let guard = self.lock.blocker.call(lock)?;
         Ok(self.with_token(guard))
     }
 
@@ -461,8 +473,10 @@ impl RFencedLock {
     /// guard.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_and_get_token_with_lease(&self, lease: Duration) -> Result<(u64, LockGuard)> {
-        let guard = self.lock.blocker.call(self.fenced.lock_with_lease(lease))?;
+        let lock = self.fenced.lock_with_lease_at(lease, Location::caller());
+        let guard = self.lock.blocker.call(lock)?;
         Ok(self.with_token(guard))
     }
 
@@ -482,8 +496,10 @@ impl RFencedLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_and_get_token(&self) -> Result<Option<(u64, LockGuard)>> {
-        let guard = self.lock.blocker.call(self.fenced.try_lock())?;
+        let lock = self.fenced.try_lock_at(Location::caller());
+        let guard = self.lock.blocker.call(lock)?;
         Ok(guard.map(|g| self.with_token(g)))
     }
 
@@ -504,15 +520,14 @@ impl RFencedLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_and_get_token_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<(u64, LockGuard)>> {
-        let guard = self
-            .lock
-            .blocker
-            .call(self.fenced.try_lock_for(wait, lease))?;
+        let lock = self.fenced.try_lock_for_at(wait, lease, Location::caller());
+        let guard = self.lock.blocker.call(lock)?;
         Ok(guard.map(|g| self.with_token(g)))
     }
 

@@ -1,5 +1,6 @@
 //! Blocking synchronizers: `RMutex`, `RCountDownLatch`, `RSemaphore`.
 
+use std::panic::Location;
 use std::time::Duration;
 
 use super::{Blocker, LockGuard};
@@ -60,8 +61,10 @@ impl RMutex {
     /// mutex.lock()?.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock(&self) -> Result<LockGuard> {
-        let guard = self.blocker.call(self.mutex.lock())?;
+        let lock = self.mutex.as_lock().lock_at(Location::caller());
+        let guard = self.blocker.call(lock)?;
         Ok(LockGuard::wrap(guard, self.blocker.clone()))
     }
 
@@ -78,8 +81,10 @@ impl RMutex {
     /// mutex.lock_with_lease(std::time::Duration::from_secs(10))?.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        let guard = self.blocker.call(self.mutex.lock_with_lease(lease))?;
+        let lock = self.mutex.as_lock();
+        let guard = (self.blocker).call(lock.lock_with_lease_at(lease, Location::caller()))?;
         Ok(LockGuard::wrap(guard, self.blocker.clone()))
     }
 
@@ -98,8 +103,10 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.guarded(self.blocker.call(self.mutex.try_lock()))
+        let lock = self.mutex.as_lock().try_lock_at(Location::caller());
+        self.guarded(self.blocker.call(lock))
     }
 
     /// Waits at most `wait`; with `lease` the lease is fixed, without it the watchdog renews.
@@ -118,12 +125,15 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        self.guarded(self.blocker.call(self.mutex.try_lock_for(wait, lease)))
+        let lock = self.mutex.as_lock();
+        let lock = lock.try_lock_for_at(wait, lease, Location::caller());
+        self.guarded(self.blocker.call(lock))
     }
 
     /// Whether anybody holds the mutex.

@@ -1,5 +1,7 @@
 //! `MultiLock`: several locks taken as one, all or nothing.
 
+use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -94,8 +96,14 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        self.acquire(None, None)
+    #[track_caller]
+    pub fn lock(&self) -> impl Future<Output = Result<MultiGuard>> + Send + '_ {
+        self.lock_at(Location::caller())
+    }
+
+    /// [`lock`](Self::lock), called `at` (where every part's hold is said to be taken).
+    pub(crate) async fn lock_at(&self, at: &'static Location<'static>) -> Result<MultiGuard> {
+        self.acquire(None, None, at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
     }
@@ -117,8 +125,21 @@ impl MultiLock {
     /// multi.lock_with_lease(std::time::Duration::from_secs(10)).await?.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        self.acquire(None, Some(lease))
+    #[track_caller]
+    pub fn lock_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<MultiGuard>> + Send + '_ {
+        self.lock_with_lease_at(lease, Location::caller())
+    }
+
+    /// [`lock_with_lease`](Self::lock_with_lease), called `at`.
+    pub(crate) async fn lock_with_lease_at(
+        &self,
+        lease: Duration,
+        at: &'static Location<'static>,
+    ) -> Result<MultiGuard> {
+        self.acquire(None, Some(lease), at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the locks"))
     }
@@ -143,8 +164,9 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(Duration::ZERO), None).await
+    #[track_caller]
+    pub fn try_lock(&self) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
+        self.acquire(Some(Duration::ZERO), None, Location::caller())
     }
 
     /// Waits at most `wait` for all parts together; `lease` fixes every part's lease.
@@ -168,18 +190,21 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_for(
+    #[track_caller]
+    pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<MultiGuard>> {
-        self.acquire(Some(wait), lease).await
+    ) -> impl Future<Output = Result<Option<MultiGuard>>> + Send + '_ {
+        self.acquire(Some(wait), lease, Location::caller())
     }
 
-    async fn acquire(
+    /// Takes every part, waiting at most `wait` (`None`: for ever); called `at`.
+    pub(crate) async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        at: &'static Location<'static>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
         let lease_ms = lease.map(lease_ms).transpose()?;
@@ -188,7 +213,7 @@ impl MultiLock {
             // Every part but the last is taken on a watchdog lease, renewed while the later
             // parts are waited for: a fixed lease taken early could run out (and the part be
             // taken by somebody else) before the last part is ours.
-            let Some(mut guards) = self.acquire_parts(deadline, lease).await? else {
+            let Some(mut guards) = self.acquire_parts(deadline, lease, at).await? else {
                 return Ok(None);
             };
             // Then the earlier parts get the fixed lease, each checked to be still ours.
@@ -235,6 +260,7 @@ impl MultiLock {
         &self,
         deadline: Option<Instant>,
         lease: Option<Duration>,
+        at: &'static Location<'static>,
     ) -> Result<Option<Vec<LockGuard>>> {
         // Parts dropped on an early return release themselves in the background; releasing them
         // here first keeps "nothing held" true when the call returns.
@@ -246,11 +272,11 @@ impl MultiLock {
             let lease = lease.filter(|_| i + 1 == self.locks.len());
             let take = async {
                 match (deadline, lease) {
-                    (None, None) => lock.lock().await.map(Some),
-                    (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+                    (None, None) => lock.lock_at(at).await.map(Some),
+                    (None, Some(lease)) => lock.lock_with_lease_at(lease, at).await.map(Some),
                     (Some(deadline), lease) => {
                         let left = deadline.saturating_duration_since(Instant::now());
-                        lock.try_lock_for(left, lease).await
+                        lock.try_lock_for_at(left, lease, at).await
                     }
                 }
             };

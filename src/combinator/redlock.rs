@@ -1,5 +1,7 @@
 //! `RedLock`: the Redlock algorithm over independent Redis masters.
 
+use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -116,8 +118,14 @@ impl RedLock {
     /// task.await.expect("the task ran")?.unlock().await.ok();
     /// # Ok(()) }
     /// ```
-    pub async fn lock(&self) -> Result<RedLockGuard> {
-        self.acquire(None, None)
+    #[track_caller]
+    pub fn lock(&self) -> impl Future<Output = Result<RedLockGuard>> + Send + '_ {
+        self.lock_at(Location::caller())
+    }
+
+    /// [`lock`](Self::lock), called `at` (where every part's hold is said to be taken).
+    pub(crate) async fn lock_at(&self, at: &'static Location<'static>) -> Result<RedLockGuard> {
+        self.acquire(None, None, at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
     }
@@ -139,8 +147,21 @@ impl RedLock {
     /// redlock.lock_with_lease(std::time::Duration::from_secs(10)).await?.unlock().await.ok();
     /// # Ok(()) }
     /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        self.acquire(None, Some(lease))
+    #[track_caller]
+    pub fn lock_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<RedLockGuard>> + Send + '_ {
+        self.lock_with_lease_at(lease, Location::caller())
+    }
+
+    /// [`lock_with_lease`](Self::lock_with_lease), called `at`.
+    pub(crate) async fn lock_with_lease_at(
+        &self,
+        lease: Duration,
+        at: &'static Location<'static>,
+    ) -> Result<RedLockGuard> {
+        self.acquire(None, Some(lease), at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
     }
@@ -165,8 +186,9 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(Duration::ZERO), None).await
+    #[track_caller]
+    pub fn try_lock(&self) -> impl Future<Output = Result<Option<RedLockGuard>>> + Send + '_ {
+        self.acquire(Some(Duration::ZERO), None, Location::caller())
     }
 
     /// Attempts until a majority grants or `wait` is spent (`Ok(None)`); `lease` fixes the lease.
@@ -189,18 +211,21 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_for(
+    #[track_caller]
+    pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(wait), lease).await
+    ) -> impl Future<Output = Result<Option<RedLockGuard>>> + Send + '_ {
+        self.acquire(Some(wait), lease, Location::caller())
     }
 
-    async fn acquire(
+    /// Attempts until a majority grants or `wait` is spent (`None`: for ever); called `at`.
+    pub(crate) async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Option<Duration>,
+        at: &'static Location<'static>,
     ) -> Result<Option<RedLockGuard>> {
         if self.locks.is_empty() {
             return Err(Error::InvalidArgument(
@@ -228,7 +253,7 @@ impl RedLock {
             let started = Instant::now();
             let attempts = self.locks.iter().map(|lock| {
                 let attempt: PartFuture<'_, _> = Box::pin(async move {
-                    let attempt = lock.try_lock_for(Duration::ZERO, lease);
+                    let attempt = lock.try_lock_for_at(Duration::ZERO, lease, at);
                     match tokio::time::timeout(instance_timeout, attempt).await {
                         Ok(Ok(granted)) => Ok(granted),
                         Ok(Err(e)) => {

@@ -2,6 +2,7 @@
 //! [`RedLock`], on the core every object shares ([`run_held`]).
 
 use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use crate::combinator::{MultiGuard, MultiLock, RedLock, RedLockGuard};
@@ -133,14 +134,18 @@ impl MultiLock {
     /// assert_eq!(moved, 2);
     /// # Ok(()) }
     /// ```
-    pub async fn with_lock<T, F, Fut>(&self, work: F) -> Result<T>
+    #[track_caller]
+    pub fn with_lock<T, F, Fut>(&self, work: F) -> impl Future<Output = Result<T>>
     where
         F: FnOnce(Vec<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock().await?;
-        let tokens = guard.tokens();
-        run_held(guard, work(tokens)).await
+        let at = Location::caller();
+        async move {
+            let guard = self.lock_at(at).await?;
+            let tokens = guard.tokens();
+            run_held(guard, work(tokens)).await
+        }
     }
 
     /// Waits at most `wait` for every part together (as [`try_lock_for`](Self::try_lock_for)
@@ -175,16 +180,24 @@ impl MultiLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_with_lock_for<T, F, Fut>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    #[track_caller]
+    pub fn try_with_lock_for<T, F, Fut>(
+        &self,
+        wait: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<Option<T>>>
     where
         F: FnOnce(Vec<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        let Some(guard) = self.try_lock_for(wait, None).await? else {
-            return Ok(None);
-        };
-        let tokens = guard.tokens();
-        run_held(guard, work(tokens)).await.map(Some)
+        let at = Location::caller();
+        async move {
+            let Some(guard) = self.acquire(Some(wait), None, at).await? else {
+                return Ok(None);
+            };
+            let tokens = guard.tokens();
+            run_held(guard, work(tokens)).await.map(Some)
+        }
     }
 }
 
@@ -226,14 +239,18 @@ impl RedLock {
     /// assert!(granted >= redlock.quorum());
     /// # Ok(()) }
     /// ```
-    pub async fn with_lock<T, F, Fut>(&self, work: F) -> Result<T>
+    #[track_caller]
+    pub fn with_lock<T, F, Fut>(&self, work: F) -> impl Future<Output = Result<T>>
     where
         F: FnOnce(Vec<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock().await?;
-        let tokens = guard.fencing_tokens();
-        run_held(guard, work(tokens)).await
+        let at = Location::caller();
+        async move {
+            let guard = self.lock_at(at).await?;
+            let tokens = guard.fencing_tokens();
+            run_held(guard, work(tokens)).await
+        }
     }
 
     /// Attempts until a majority grants or `wait` is spent (as
@@ -267,15 +284,23 @@ impl RedLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_with_lock_for<T, F, Fut>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    #[track_caller]
+    pub fn try_with_lock_for<T, F, Fut>(
+        &self,
+        wait: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<Option<T>>>
     where
         F: FnOnce(Vec<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        let Some(guard) = self.try_lock_for(wait, None).await? else {
-            return Ok(None);
-        };
-        let tokens = guard.fencing_tokens();
-        run_held(guard, work(tokens)).await.map(Some)
+        let at = Location::caller();
+        async move {
+            let Some(guard) = self.acquire(Some(wait), None, at).await? else {
+                return Ok(None);
+            };
+            let tokens = guard.fencing_tokens();
+            run_held(guard, work(tokens)).await.map(Some)
+        }
     }
 }

@@ -7,6 +7,9 @@ use crate::lease::MAX_LEASE;
 use crate::urls::{check_scheme, check_urls};
 
 mod fairness;
+mod self_wait;
+
+pub(crate) use self_wait::SelfWait;
 
 /// Settings every part of a client reads. Built and checked by [`ClientBuilder`].
 #[derive(Debug, Clone)]
@@ -29,6 +32,8 @@ pub(crate) struct Config {
     pub(crate) sync_replicas: Option<(u32, Duration)>,
     /// Concurrent lock operations of one kind share script calls (group commit).
     pub(crate) group_commit: bool,
+    /// What an acquisition that waits for a hold of its own task or thread gets.
+    pub(crate) self_wait: SelfWait,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
     /// Metrics carry a `lock` label with the object's name.
@@ -146,6 +151,9 @@ pub struct ClientBuilder {
     /// `None`: the default, 500 ms or the watchdog timeout if shorter.
     starvation_handoff: Option<Duration>,
     group_commit: bool,
+    /// Set in `self_wait.rs`.
+    self_wait_warning: Duration,
+    fail_on_self_wait: bool,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
     #[cfg(feature = "metrics")]
@@ -171,6 +179,8 @@ impl Default for ClientBuilder {
             starvation_threshold: Some(Duration::from_millis(50)),
             starvation_handoff: None,
             group_commit: true,
+            self_wait_warning: Duration::from_secs(3),
+            fail_on_self_wait: false,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "metrics")]
@@ -446,6 +456,7 @@ impl ClientBuilder {
     }
 
     pub(crate) fn check(self) -> Result<Config> {
+        let self_wait = self.self_wait()?;
         let (url, topology) = match (self.url, self.cluster, self.sentinel) {
             (Some(url), None, None) => {
                 check_scheme("url", &url, true)?;
@@ -572,6 +583,7 @@ impl ClientBuilder {
                     .min(MAX_LEASE),
             },
             group_commit: self.group_commit,
+            self_wait,
             #[cfg(feature = "tls")]
             tls: self.tls,
             #[cfg(feature = "metrics")]

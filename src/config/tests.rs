@@ -133,3 +133,23 @@ fn latch_outlives_every_resend() {
     let c = builder().check().unwrap();
     assert!(c.unlock_latch_ttl() > c.round_trip_cap() * 2);
 }
+
+#[test]
+fn self_waits_warn_after_3_s_by_default_and_a_zero_threshold_is_refused() {
+    let c = builder().check().unwrap();
+    assert_eq!(c.self_wait.warning, Duration::from_secs(3));
+    assert!(!c.self_wait.fail);
+    let c = builder()
+        .self_wait_warning(Duration::from_millis(300))
+        .fail_on_self_wait(true)
+        .check()
+        .unwrap();
+    assert_eq!(c.self_wait.warning, Duration::from_millis(300));
+    assert!(c.self_wait.fail);
+    for refused in [Duration::ZERO, Duration::MAX] {
+        assert!(matches!(
+            builder().self_wait_warning(refused).check(),
+            Err(Error::Config(m)) if m.contains("self_wait_warning") && m.contains("between")
+        ));
+    }
+}

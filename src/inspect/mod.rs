@@ -16,7 +16,10 @@
 //!
 //! What the layout does not record is not in a snapshot: when a hold was granted, and a plain
 //! hold's fencing token. Recording them would add a write to every grant, and the lock path
-//! stays as it is.
+//! stays as it is. Where a hold was taken is not in the layout either: the snapshot says it
+//! for the holds of the client that takes it, and every client's identity says it for its
+//! own holds that have lived a second
+//! ([`ClientIdentity::acquired_at`](crate::ClientIdentity::acquired_at)).
 //!
 //! With the `serde` feature every snapshot is `serde::Serialize`: durations as integer
 //! milliseconds (fields named `..._ms`), client ids as strings, a [`Snapshot`] tagged by its
@@ -141,6 +144,13 @@ pub struct Holder {
     pub client: Option<Uuid>,
     /// How many holds the owner has (reentrant acquisitions), e.g. `2`.
     pub holds: u32,
+    /// Where the hold was taken: `file:line:column` of the acquiring call, e.g.
+    /// `Some("src/orders.rs:42:27")`. Filled in, without a round trip, for a hold of the client
+    /// that took the snapshot; `None` for other clients' holds, whose places their identities
+    /// give once a hold has lived a second (look them up with
+    /// [`ClientIdentity::acquired_at`](crate::ClientIdentity::acquired_at); the `ferrisson`
+    /// tool does).
+    pub acquired_at: Option<String>,
 }
 
 impl Holder {
@@ -149,6 +159,7 @@ impl Holder {
             client: client_of(&owner),
             owner,
             holds,
+            acquired_at: None,
         }
     }
 }
@@ -354,7 +365,38 @@ async fn read(core: &Core, name: &str, asked: Asked) -> Result<Snapshot> {
         "none" => Snapshot::Absent(counts::absent(name, &mut section)?),
         other => return Err(Error::unexpected(format!("inspect.lua: a kind `{other}`"))),
     };
-    Ok(snapshot)
+    Ok(with_own_places(core, snapshot))
+}
+
+/// `snapshot`, each hold of this client's own saying where it was taken (see
+/// [`Holder::acquired_at`]): from the client's registry of holds, without a round trip.
+fn with_own_places(core: &Core, mut snapshot: Snapshot) -> Snapshot {
+    let me = core.owners.client_id();
+    let name = snapshot.name().to_owned();
+    let place = |owner: &str, client: Option<Uuid>| {
+        if client != Some(me) {
+            return None;
+        }
+        let at = core.watchdog.acquired_at(&name, owner)?;
+        Some(at.to_string())
+    };
+    match &mut snapshot {
+        Snapshot::Lock(lock) => {
+            for h in &mut lock.holders {
+                h.acquired_at = place(&h.owner, h.client);
+            }
+        }
+        Snapshot::ReadWriteLock(rw) => {
+            if let Some(w) = &mut rw.writer {
+                w.acquired_at = place(&w.owner, w.client);
+            }
+            for r in &mut rw.readers {
+                r.acquired_at = place(&r.owner, r.client);
+            }
+        }
+        _ => {}
+    }
+    snapshot
 }
 
 fn mismatch(asked: Asked, found: &Snapshot) -> Error {

@@ -116,6 +116,9 @@ pub struct Reader {
         serde(rename = "leases_ms", serialize_with = "super::ser::each_opt_millis")
     )]
     pub leases: Vec<Option<Duration>>,
+    /// Where the reader's hold was taken, `file:line:column`: as
+    /// [`Holder::acquired_at`], for this client's own readers only.
+    pub acquired_at: Option<String>,
 }
 
 /// A writer waiting under [`RwPolicy::PreferWriters`](crate::RwPolicy::PreferWriters).
@@ -179,6 +182,7 @@ pub(super) fn parse(name: String, section: &mut Items<'_>) -> Result<RwLockSnaps
             owner,
             holds: count,
             leases,
+            acquired_at: None,
         });
     }
     let mut marks = section.list("writers' marks")?;

@@ -6,6 +6,8 @@
 //! whose outcome is unknown, or that the caller dropped, repairs the server to the count the
 //! client knows ([`in_flight`](crate::lock::in_flight)).
 
+use std::panic::Location;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,6 +26,7 @@ use crate::lock::ops::{Nested, Want};
 use crate::lock::owner::Side;
 use crate::lock::replies::{Acquired, run_acquire};
 use crate::lock::scope::Nesting;
+use crate::lock::self_wait;
 use crate::lock::wait::{self, Attempt};
 
 /// How long past its wait budget a fair waiter that gave up may take to leave the queue before
@@ -44,12 +47,15 @@ struct Sent {
 
 impl Holder {
     /// Acquires, waiting at most `wait` (`None`: for ever); `observed` counts the attempts.
+    /// `called_at`: where the caller called the public method, for the warning a wait for a
+    /// hold of its own task gets (see [`self_wait`](crate::lock::self_wait)).
     pub(crate) async fn acquire_observed(
         &self,
         mode: LeaseMode,
         wait: Option<Duration>,
         nested: Option<&Nesting>,
         observed: &crate::observe::Acquire,
+        called_at: &'static Location<'static>,
     ) -> Result<Option<LockGuard>> {
         let channel = self.channel();
         let waiting = wait != Some(Duration::ZERO);
@@ -90,43 +96,50 @@ impl Holder {
             self.guard_on(holds, lease, mode)
         };
         let armed = &queued.armed;
-        let hinted = &AtomicBool::new(false);
-        let result = wait::acquire(
-            self.inner(),
-            &channel,
-            wait,
-            wait::Rules {
-                max_nap,
-                starving,
-                courtesy,
-            },
-            |ask_server, starving| async move {
-                observed.attempt_started();
-                let want = Want {
-                    waiting,
-                    stale: false,
+        // Set by the first refusal of a wait: the watch of a wait for the waiter's own hold
+        // starts then.
+        let busy = &AtomicBool::new(false);
+        // Pinned where they are made: moved into a combinator, the wait's future (kilobytes)
+        // would take its room twice in this one's; and in a block of their own, so that it is
+        // gone before the queue is left below.
+        let result = {
+            let waits = pin!(wait::acquire(
+                self.inner(),
+                &channel,
+                wait,
+                wait::Rules {
+                    max_nap,
                     starving,
-                    nested: Nested::No,
-                };
-                if starving {
-                    // Armed before it is sent: an attempt dropped or failed after Redis ran it
-                    // may have put the owner in the starving set.
-                    armed.store(true, Ordering::Relaxed);
-                }
-                let answer = self.attempt(mode, want, ask_server, nested).await;
-                observed.attempt_answered(&answer);
-                if waiting
-                    && matches!(answer, Ok(Attempt::Busy { .. }))
-                    && !hinted.swap(true, Ordering::Relaxed)
-                {
-                    self.hint_if_own_hold();
-                }
-                answer
-            },
-            register,
-            handed,
-        )
-        .await;
+                    courtesy,
+                },
+                |ask_server, starving| async move {
+                    observed.attempt_started();
+                    let want = Want {
+                        waiting,
+                        stale: false,
+                        starving,
+                        nested: Nested::No,
+                    };
+                    if starving {
+                        // Armed before it is sent: an attempt dropped or failed after Redis ran
+                        // it may have put the owner in the starving set.
+                        armed.store(true, Ordering::Relaxed);
+                    }
+                    let answer = self.attempt(mode, want, ask_server, nested).await;
+                    observed.attempt_answered(&answer);
+                    if waiting && matches!(answer, Ok(Attempt::Busy { .. })) {
+                        busy.store(true, Ordering::Relaxed);
+                    }
+                    answer
+                },
+                register,
+                handed,
+            ));
+            // A nested acquisition works for its hold's owner: it waits for no hold of its own.
+            let watched =
+                pin!((waiting && nested.is_none()).then(|| self.watch_self_wait(busy, called_at)));
+            self_wait::race(waits, watched).await
+        };
         let joined = queued.armed.swap(false, Ordering::Relaxed);
         let granted = matches!(result, Ok(Some(_)));
         if joined && !queues && !granted {
@@ -153,30 +166,6 @@ impl Holder {
             }
         }
         result
-    }
-
-    /// Warns once per wait (and at most once every 10 s per client) when the lock is held by
-    /// an acquisition of the waiter's own task (else thread): code ported from Java often
-    /// expects such a `lock()` to be reentrant. A hint only: a future polled beside the holder,
-    /// or a dispatcher whose guards went to workers, may well mean to wait.
-    fn hint_if_own_hold(&self) {
-        let locks = &self.handle.locks;
-        if locks.hint_due()
-            && self
-                .inner()
-                .watchdog
-                .held_in(self.name(), self.owner.asker())
-            && locks.claim_hint()
-        {
-            tracing::warn!(
-                lock = %self.name(),
-                "this acquisition waits for a hold taken in the same task or thread; every \
-                 acquisition is an owner of its own, so a lock() nested in a hold's work outside \
-                 its scope waits for it. To nest, run the work inside `with_lock` or \
-                 `guard.scope(..)`, or take one more hold with `guard.reenter()`; a future \
-                 polled beside the holder (join!, select!, buffer_unordered) waits as meant"
-            );
-        }
     }
 
     pub(super) async fn leave_queue(&self) {

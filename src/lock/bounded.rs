@@ -8,6 +8,7 @@
 //! closures with [`Held::work_scope`] and settles the hold as the blocking `with_lock` does.
 
 use std::future::Future;
+use std::panic::Location;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -176,15 +177,23 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_with_lock_for<T, F, Fut>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    #[track_caller]
+    pub fn try_with_lock_for<T, F, Fut>(
+        &self,
+        wait: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<Option<T>>>
     where
         F: FnOnce(u64) -> Fut,
         Fut: Future<Output = T>,
     {
-        let Some(guard) = self.try_lock_for(wait, None).await? else {
-            return Ok(None);
-        };
-        let token = guard.fencing_token();
-        run_held(guard, work(token)).await.map(Some)
+        let at = Location::caller();
+        async move {
+            let Some(guard) = self.try_lock_for_at(wait, None, at).await? else {
+                return Ok(None);
+            };
+            let token = guard.fencing_token();
+            run_held(guard, work(token)).await.map(Some)
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! `RFencedLock`: an RLock whose methods hand out the fencing token first.
 
+use std::future::Future;
 use std::ops::Deref;
-use std::time::Duration;
-
+use std::panic::Location;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::core::Core;
 use crate::error::Result;
@@ -67,8 +68,10 @@ impl RFencedLock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_and_get_token(&self) -> Result<(u64, LockGuard)> {
-        self.lock.lock().await.map(with_token)
+    #[track_caller]
+    pub fn lock_and_get_token(&self) -> impl Future<Output = Result<(u64, LockGuard)>> + Send + '_ {
+        let lock = self.lock.lock_at(Location::caller());
+        async move { lock.await.map(with_token) }
     }
 
     /// Waits for the lock with a fixed `lease` and returns its token and guard.
@@ -90,8 +93,13 @@ impl RFencedLock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_and_get_token_with_lease(&self, lease: Duration) -> Result<(u64, LockGuard)> {
-        self.lock.lock_with_lease(lease).await.map(with_token)
+    #[track_caller]
+    pub fn lock_and_get_token_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(u64, LockGuard)>> + Send + '_ {
+        let lock = self.lock.lock_with_lease_at(lease, Location::caller());
+        async move { lock.await.map(with_token) }
     }
 
     /// One attempt; `Ok(None)` when the lock is taken.
@@ -114,8 +122,12 @@ impl RFencedLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_and_get_token(&self) -> Result<Option<(u64, LockGuard)>> {
-        Ok(self.lock.try_lock().await?.map(with_token))
+    #[track_caller]
+    pub fn try_lock_and_get_token(
+        &self,
+    ) -> impl Future<Output = Result<Option<(u64, LockGuard)>>> + Send + '_ {
+        let lock = self.lock.try_lock_at(Location::caller());
+        async move { Ok(lock.await?.map(with_token)) }
     }
 
     /// Waits at most `wait`; with `lease` the lease is fixed, without it the watchdog renews.
@@ -139,12 +151,14 @@ impl RFencedLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_and_get_token_for(
+    #[track_caller]
+    pub fn try_lock_and_get_token_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<(u64, LockGuard)>> {
-        Ok(self.lock.try_lock_for(wait, lease).await?.map(with_token))
+    ) -> impl Future<Output = Result<Option<(u64, LockGuard)>>> + Send + '_ {
+        let lock = self.lock.try_lock_for_at(wait, lease, Location::caller());
+        async move { Ok(lock.await?.map(with_token)) }
     }
 
     /// The last token a fenced grant of this name handed out (by any client, Java's

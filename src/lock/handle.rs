@@ -4,9 +4,9 @@
 //! [holder](crate::lock::holder) of that owner.
 
 use std::fmt;
+use std::panic::Location;
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use crate::core::Core;
 use crate::error::Result;
@@ -44,35 +44,6 @@ pub(crate) struct ClientLocks {
     pub(crate) live: Arc<AtomicUsize>,
     /// This client's waiters per lock, for releases that hand the lock over.
     pub(crate) local_waiters: Arc<LocalWaiters>,
-    /// When this client last gave the hint that a wait is for a hold of the waiter's own
-    /// task.
-    hinted: Mutex<Option<Instant>>,
-}
-
-/// How often a client gives the own-task hint at most: a dispatcher that hands its guards to
-/// workers, or futures of one task over many locks, wait for their own task's holds as meant,
-/// and once is enough to tell.
-const HINT_EVERY: Duration = Duration::from_secs(10);
-
-impl ClientLocks {
-    /// Whether the own-task hint may be given now (read only: the cheap first check).
-    pub(crate) fn hint_due(&self) -> bool {
-        self.last_hint().is_none_or(|at| at.elapsed() >= HINT_EVERY)
-    }
-
-    /// Takes the hint's turn: whether this caller gives it (at most one per [`HINT_EVERY`]).
-    pub(crate) fn claim_hint(&self) -> bool {
-        let mut last = self.hinted.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|at| at.elapsed() < HINT_EVERY) {
-            return false;
-        }
-        *last = Some(Instant::now());
-        true
-    }
-
-    fn last_hint(&self) -> Option<Instant> {
-        *self.hinted.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 pub(crate) struct Handle {
@@ -137,13 +108,13 @@ impl Handle {
         }
     }
 
-    /// A new owner, for an acquisition nested in no hold.
-    pub(crate) fn new_owner(&self) -> Arc<Owner> {
+    /// A new owner, for an acquisition nested in no hold, called `at`.
+    pub(crate) fn new_owner(&self, at: &'static Location<'static>) -> Arc<Owner> {
         let name = self.ops.name();
         if self.single {
-            return Owner::single(&self.core.owners, name);
+            return Owner::single_at(&self.core.owners, name, at);
         }
-        Owner::counted(&self.core.owners, name, &self.locks.live)
+        Owner::counted(&self.core.owners, name, &self.locks.live, at)
     }
 
     /// The hold of this lock whose scope the caller runs in, if any (never for an `RMutex`).

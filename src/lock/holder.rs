@@ -130,7 +130,7 @@ impl Holder {
         if let Some(how) = wanted {
             let renewal = Renewal {
                 target: self.ops().renewal(&self.owner),
-                asker: Some(self.owner.asker()),
+                site: Some(self.owner.site()),
                 labels,
                 lease: lease.clone(),
             };

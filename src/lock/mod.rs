@@ -6,7 +6,8 @@
 //!   [`owner`] (its [`holds`]), or the owner of the hold whose [`scope`] the caller runs in;
 //! - [`holder`]: one owner's holds worked through one kind: the watchdog registration, repairs;
 //! - [`acquire`]: attempts and waiting ([`wait`], [`handover`] inside one client), with
-//!   [`in_flight`] repairing what a dropped or unanswered attempt may have left;
+//!   [`in_flight`] repairing what a dropped or unanswered attempt may have left, and
+//!   [`self_wait`] watching a wait for a hold of the waiter's own task;
 //! - [`guard`]: the hold as the caller has it, and its release ([`release`], [`leftover`]);
 //! - [`scoped`]: nesting (`with_lock`, `reenter`, `scope`), [`bounded`]: work under a hold of
 //!   any object (`try_with_lock_for`), and [`observed`]: the spans.
@@ -32,6 +33,7 @@ mod rlock;
 mod rwlock;
 pub(crate) mod scope;
 pub(crate) mod scoped;
+pub(crate) mod self_wait;
 pub(crate) mod wait;
 
 use std::time::Duration;

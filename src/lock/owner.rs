@@ -10,6 +10,7 @@
 //! else does, so an owner goes with its last guard, acquire or repair.
 
 use std::fmt;
+use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -40,9 +41,12 @@ pub(crate) struct Owner {
     main: Arc<AsyncMutex<Holds>>,
     /// A write lock's, made at first use.
     write: OnceLock<Arc<AsyncMutex<Holds>>>,
-    /// The task (else thread) whose acquire made the owner: a wait for a hold taken in the
-    /// waiter's own task is worth a hint (see [`wait`](crate::lock::wait)).
+    /// The task (else thread) whose acquire made the owner: a long wait for a hold taken in the
+    /// waiter's own task is worth a warning (see [`self_wait`](crate::lock::self_wait)).
     asker: Asker,
+    /// Where the acquire that made the owner was called: where its hold was taken, for the
+    /// warnings, errors and operators that name it (holds nested in it keep it).
+    at: &'static Location<'static>,
     /// The client's count of live owners, which this one is part of.
     counted: Option<Arc<AtomicUsize>>,
 }
@@ -57,18 +61,41 @@ impl fmt::Debug for Owner {
 }
 
 impl Owner {
-    /// A new owner of `lock`, for one acquisition of the caller.
+    /// A new owner of `lock`, for one acquisition of the caller, called at the caller's
+    /// caller.
+    #[cfg(test)]
+    #[track_caller]
     pub(crate) fn single(owners: &Owners, lock: &Arc<str>) -> Arc<Self> {
-        Arc::new(Self::new(owners, lock, None))
+        Self::single_at(owners, lock, Location::caller())
     }
 
-    /// A new owner of `lock`, counted among the client's live owners while it lives.
-    pub(crate) fn counted(owners: &Owners, lock: &Arc<str>, live: &Arc<AtomicUsize>) -> Arc<Self> {
+    /// A new owner of `lock`, for one acquisition of the caller made `at`.
+    pub(crate) fn single_at(
+        owners: &Owners,
+        lock: &Arc<str>,
+        at: &'static Location<'static>,
+    ) -> Arc<Self> {
+        Arc::new(Self::new(owners, lock, None, at))
+    }
+
+    /// A new owner of `lock`, for an acquisition made `at`, counted among the client's live
+    /// owners while it lives.
+    pub(crate) fn counted(
+        owners: &Owners,
+        lock: &Arc<str>,
+        live: &Arc<AtomicUsize>,
+        at: &'static Location<'static>,
+    ) -> Arc<Self> {
         live.fetch_add(1, Ordering::Relaxed);
-        Arc::new(Self::new(owners, lock, Some(live.clone())))
+        Arc::new(Self::new(owners, lock, Some(live.clone()), at))
     }
 
-    fn new(owners: &Owners, lock: &Arc<str>, counted: Option<Arc<AtomicUsize>>) -> Self {
+    fn new(
+        owners: &Owners,
+        lock: &Arc<str>,
+        counted: Option<Arc<AtomicUsize>>,
+        at: &'static Location<'static>,
+    ) -> Self {
         Owner {
             id: owners.next_owner(),
             lock: lock.clone(),
@@ -77,6 +104,7 @@ impl Owner {
             main: Arc::default(),
             write: OnceLock::new(),
             asker: Asker::current(),
+            at,
             counted,
         }
     }
@@ -94,6 +122,15 @@ impl Owner {
     /// Where the acquisition that made this owner was asked from.
     pub(crate) fn asker(&self) -> Asker {
         self.asker
+    }
+
+    /// The owner's hold as the watchdog registers it: whose it is and where it was taken.
+    pub(crate) fn site(&self) -> crate::watchdog::Site {
+        crate::watchdog::Site {
+            asker: self.asker,
+            at: self.at,
+            owner: self.id.clone(),
+        }
     }
 
     /// The hold count of `side`.
@@ -136,11 +173,15 @@ mod tests {
         let owners = Owners::new(Uuid::new_v4());
         let lock: Arc<str> = Arc::from("lock");
         let live = Arc::new(AtomicUsize::new(0));
-        let a = Owner::counted(&owners, &lock, &live);
-        let b = Owner::counted(&owners, &lock, &live);
+        let here = Location::caller();
+        let a = Owner::counted(&owners, &lock, &live, here);
+        let b = Owner::counted(&owners, &lock, &live, here);
         assert_ne!(a.id(), b.id());
         assert_eq!(live.load(Ordering::Relaxed), 2);
         assert_eq!(a.asker(), Asker::current());
+        let site = a.site();
+        assert_eq!((site.at.file(), site.at.line()), (file!(), here.line()));
+        assert_eq!((site.owner, site.asker), (a.id().clone(), a.asker()));
         drop((a, b));
         assert_eq!(live.load(Ordering::Relaxed), 0);
     }

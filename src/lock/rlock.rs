@@ -1,6 +1,8 @@
 //! `RLock`: the lock handle. Every lock kind (plain, fair, the read and write sides of a
 //! read-write lock) is an `RLock` over its own scripts, as in Redisson.
 
+use std::future::Future;
+use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,10 +187,16 @@ impl RLock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock(&self) -> Result<LockGuard> {
+    #[track_caller]
+    pub fn lock(&self) -> impl Future<Output = Result<LockGuard>> + Send + '_ {
+        self.lock_at(Location::caller())
+    }
+
+    /// [`lock`](Self::lock), called `at` (the place its hold is said to be taken).
+    pub(crate) async fn lock_at(&self, at: &'static Location<'static>) -> Result<LockGuard> {
         self.check()?;
         self.handle
-            .acquire(LeaseMode::Watchdog, None)
+            .acquire_at(LeaseMode::Watchdog, None, at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
     }
@@ -213,11 +221,24 @@ impl RLock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+    #[track_caller]
+    pub fn lock_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<LockGuard>> + Send + '_ {
+        self.lock_with_lease_at(lease, Location::caller())
+    }
+
+    /// [`lock_with_lease`](Self::lock_with_lease), called `at`.
+    pub(crate) async fn lock_with_lease_at(
+        &self,
+        lease: Duration,
+        at: &'static Location<'static>,
+    ) -> Result<LockGuard> {
         self.check()?;
         let ms = lease_ms(lease)?;
         self.handle
-            .acquire(LeaseMode::Fixed(ms), None)
+            .acquire_at(LeaseMode::Fixed(ms), None, at)
             .await?
             .ok_or_else(|| Error::unexpected("an unbounded wait ended without the lock"))
     }
@@ -242,10 +263,19 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+    #[track_caller]
+    pub fn try_lock(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.try_lock_at(Location::caller())
+    }
+
+    /// [`try_lock`](Self::try_lock), called `at`.
+    pub(crate) async fn try_lock_at(
+        &self,
+        at: &'static Location<'static>,
+    ) -> Result<Option<LockGuard>> {
         self.check()?;
         self.handle
-            .acquire(LeaseMode::Watchdog, Some(Duration::ZERO))
+            .acquire_at(LeaseMode::Watchdog, Some(Duration::ZERO), at)
             .await
     }
 
@@ -278,17 +308,28 @@ impl RLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_for(
+    #[track_caller]
+    pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.try_lock_for_at(wait, lease, Location::caller())
+    }
+
+    /// [`try_lock_for`](Self::try_lock_for), called `at`.
+    pub(crate) async fn try_lock_for_at(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        at: &'static Location<'static>,
     ) -> Result<Option<LockGuard>> {
         self.check()?;
         let mode = match lease {
             Some(lease) => LeaseMode::Fixed(lease_ms(lease)?),
             None => LeaseMode::Watchdog,
         };
-        self.handle.acquire(mode, Some(wait)).await
+        self.handle.acquire_at(mode, Some(wait), at).await
     }
 
     async fn inspect(&self) -> Result<crate::lock::replies::Inspection> {

@@ -5,6 +5,7 @@
 //! [`hold_count`](LockGuard::hold_count).
 
 use std::future::Future;
+use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,15 +69,19 @@ impl RLock {
     /// assert_eq!(total, 42);
     /// # Ok(()) }
     /// ```
-    pub async fn with_lock<T, F, Fut>(&self, work: F) -> Result<T>
+    #[track_caller]
+    pub fn with_lock<T, F, Fut>(&self, work: F) -> impl Future<Output = Result<T>>
     where
         F: FnOnce(u64) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock().await?;
-        let token = guard.fencing_token();
-        // The work runs inside the hold's scope: what it acquires of this lock nests in it.
-        crate::lock::bounded::run_held(guard, work(token)).await
+        let at = Location::caller();
+        async move {
+            let guard = self.lock_at(at).await?;
+            let token = guard.fencing_token();
+            // The work runs inside the hold's scope: what it acquires of this lock nests in it.
+            crate::lock::bounded::run_held(guard, work(token)).await
+        }
     }
 }
 

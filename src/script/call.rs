@@ -152,6 +152,7 @@ scripts! {
     PERMIT_SET => "permit_set",
     REVOKE => "revoke",
     CLIENT_IDENTITY => "client_identity",
+    CLIENT_BEAT => "client_beat",
 }
 
 /// One invocation of a script: its keys, then its arguments.

@@ -1,8 +1,9 @@
 //! `RMutex`: a non-reentrant distributed mutex (Apache Curator's `InterProcessSemaphoreMutex`).
 
-use std::time::Duration;
-
+use std::future::Future;
+use std::panic::Location;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::core::Core;
 use crate::error::Result;
@@ -48,6 +49,11 @@ impl RMutex {
         }
     }
 
+    /// The lock handle every acquire of this mutex works through.
+    pub(crate) fn as_lock(&self) -> &RLock {
+        &self.lock
+    }
+
     /// The mutex's name (its key).
     pub fn name(&self) -> &str {
         self.lock.name()
@@ -70,8 +76,9 @@ impl RMutex {
     /// mutex.lock().await?.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.lock.lock().await
+    #[track_caller]
+    pub fn lock(&self) -> impl Future<Output = Result<LockGuard>> + Send + '_ {
+        self.lock.lock_at(Location::caller())
     }
 
     /// Waits until the mutex is free and takes it with a fixed `lease`, never renewed.
@@ -92,8 +99,12 @@ impl RMutex {
     /// mutex.lock_with_lease(Duration::from_secs(10)).await?.unlock().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.lock.lock_with_lease(lease).await
+    #[track_caller]
+    pub fn lock_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<LockGuard>> + Send + '_ {
+        self.lock.lock_with_lease_at(lease, Location::caller())
     }
 
     /// Takes the mutex if it is free now: `None` while anybody holds it, this handle included.
@@ -115,8 +126,9 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.lock.try_lock().await
+    #[track_caller]
+    pub fn try_lock(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.lock.try_lock_at(Location::caller())
     }
 
     /// Waits at most `wait` for the mutex; `lease` fixes the lease (else the watchdog renews it).
@@ -139,12 +151,13 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_lock_for(
+    #[track_caller]
+    pub fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.lock.try_lock_for(wait, lease).await
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        self.lock.try_lock_for_at(wait, lease, Location::caller())
     }
 
     /// What Redis holds for this mutex now: a plain lock's snapshot (see [`RLock::snapshot`]).

@@ -49,7 +49,7 @@ impl Permits {
         let how = if renewed { Watch::Renew } else { Watch::Check };
         let renewal = shared.inner().watchdog.watch(
             Renewal {
-                asker: None,
+                site: None,
                 target: target.clone(),
                 lease: lease.clone(),
                 labels: labels.clone(),
@@ -96,7 +96,7 @@ impl Permits {
     /// After the lease was fixed: the watchdog only re-checks the permits from now on.
     fn check_from_now(&self) {
         let renewal = Renewal {
-            asker: None,
+            site: None,
             target: self.target.clone(),
             lease: self.lease.clone(),
             labels: self

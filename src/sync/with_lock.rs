@@ -38,12 +38,13 @@ impl RMutex {
     /// assert_eq!(applied, 3);
     /// # Ok(()) }
     /// ```
-    pub async fn with_lock<T, F, Fut>(&self, work: F) -> Result<T>
+    #[track_caller]
+    pub fn with_lock<T, F, Fut>(&self, work: F) -> impl Future<Output = Result<T>>
     where
         F: FnOnce(u64) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.lock.with_lock(work).await
+        self.lock.with_lock(work)
     }
 
     /// Waits at most `wait` for the mutex (as [`try_lock_for`](Self::try_lock_for) with the
@@ -79,11 +80,16 @@ impl RMutex {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_with_lock_for<T, F, Fut>(&self, wait: Duration, work: F) -> Result<Option<T>>
+    #[track_caller]
+    pub fn try_with_lock_for<T, F, Fut>(
+        &self,
+        wait: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<Option<T>>>
     where
         F: FnOnce(u64) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.lock.try_with_lock_for(wait, work).await
+        self.lock.try_with_lock_for(wait, work)
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{RECHECK_RETRY, Shared, check};
+use super::{RECHECK_RETRY, Shared, Sites, check};
 use crate::identity::Own;
 use crate::script::Executor;
 
@@ -31,7 +31,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 ///   and answers for the others.
 ///
 /// With the client's `identity`, it beats every second whether it holds anything or not: the
-/// identity's refresh (see [`Own::beat`]), sent beside the presence check when there are holds.
+/// identity's refresh (see [`Own::beat`]), sent beside the presence check when there are holds,
+/// which also says where the client's holds were taken and which of its acquisitions wait for
+/// a hold of their own task, when that changed (see [`sites`](super::sites)).
 /// Its failure alone suspects nothing (a hold's check does that for what matters).
 pub(super) async fn heartbeat(
     shared: std::sync::Weak<Shared>,
@@ -39,11 +41,14 @@ pub(super) async fn heartbeat(
     mut shutdown: watch::Receiver<()>,
     identity: Option<Arc<Own>>,
 ) {
-    let refresh = || async {
-        if let Some(identity) = &identity
-            && let Err(e) = identity.beat(&executor).await
-        {
-            tracing::debug!(error = %e, "the client's identity was not refreshed");
+    let refresh = |sites: Option<Sites>| {
+        let (identity, executor) = (&identity, &executor);
+        async move {
+            if let Some(identity) = identity
+                && let Err(e) = identity.beat(executor, sites.as_ref()).await
+            {
+                tracing::debug!(error = %e, "the client's identity was not refreshed");
+            }
         }
     };
     let cluster = executor.target().is_cluster();
@@ -58,19 +63,23 @@ pub(super) async fn heartbeat(
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(pause) => {}
         }
-        let holds = match shared.upgrade() {
-            Some(shared) => super::live(&shared),
+        // What the identity says of the holds and self-waits, when there is one.
+        let (holds, sites) = match shared.upgrade() {
+            Some(shared) => {
+                let sites = identity.as_ref().map(|_| super::sites::current(&shared));
+                (super::live(&shared), sites)
+            }
             None => return,
         };
         if holds.is_empty() {
             masters = None;
             pause = HEARTBEAT;
-            refresh().await;
+            refresh(sites).await;
             continue;
         }
         // The presence check is the beat on one server (it fails like any call when the server
         // restarted or the connection was cut); a cluster's beat is `CLUSTER SLOTS` beside it.
-        let looked = futures::future::join(check::gone(&executor, holds), refresh());
+        let looked = futures::future::join(check::gone(&executor, holds), refresh(sites));
         let looked = async { looked.await.0 };
         let beat = if cluster {
             let listed = executor.read::<redis::Value>(&slots, "heartbeat");

@@ -22,6 +22,11 @@ use crate::slots::key_slot;
 
 mod check;
 mod heartbeat;
+mod sites;
+
+#[cfg(test)]
+pub(crate) use sites::HeldSite;
+pub(crate) use sites::{SelfWaitEntry, SelfWaitTicket, Site, Sites};
 
 /// Keys renewed by one script call (Redisson renews 100 per call as well).
 pub(crate) const BATCH: usize = 100;
@@ -134,9 +139,9 @@ impl RenewTarget {
 #[derive(Debug)]
 pub(crate) struct Renewal {
     pub(crate) target: RenewTarget,
-    /// Where the hold's acquisition was asked from (locks only), for the hint a wait for a
-    /// hold of the waiter's own task gets.
-    pub(crate) asker: Option<crate::owner::Asker>,
+    /// Whose the hold is and where it was taken (locks only): for the warning a wait for a
+    /// hold of the waiter's own task gets, and for operators (see [`sites`]).
+    pub(crate) site: Option<Site>,
     pub(crate) lease: Arc<Lease>,
     pub(crate) labels: crate::observe::Labels,
 }
@@ -176,6 +181,8 @@ struct Registry {
 #[derive(Debug, Default)]
 struct Shared {
     registry: Mutex<Registry>,
+    /// Waits for a hold of the waiter's own task or thread that passed the warning's threshold.
+    self_waits: Mutex<sites::SelfWaits>,
 }
 
 impl Shared {
@@ -243,16 +250,6 @@ impl Watchdog {
         registry.next_id += 1;
         registry.entries.insert(id, entry);
         id
-    }
-
-    /// Whether a live hold of lock `key` was acquired by `asker` (every live lock guard's hold
-    /// is registered, renewed or checked). A scan: for the rare path of a wait's first refusal.
-    pub(crate) fn held_in(&self, key: &str, asker: crate::owner::Asker) -> bool {
-        self.shared
-            .registry()
-            .entries
-            .values()
-            .any(|e| e.renewal.asker == Some(asker) && e.renewal.target.key() == key)
     }
 
     /// Stops renewing; a renewal in flight for it is ignored when it returns.

@@ -19,7 +19,10 @@
 //! SIGTERM); `on-signal` and `blocking-on-signal` call `on_signal`, print `SIGNALLED <signal>
 //! <lost|held>` once it resolves (whether the guard, still alive, was told its hold is gone),
 //! and then hang, as a shutdown that never finishes would. `identity` prints `ID <client id>`
-//! once connected, then holds the lock as `lock` does.
+//! once connected, then holds the lock as `lock` does. `self-wait` takes the lock in a task,
+//! prints `LOCKED <token>` and `AT <line of the lock()> <line of the second lock()>`, then
+//! calls `lock()` again in the same task, the Java way: it waits for itself (warned of after
+//! 200 ms), until killed.
 
 use std::time::Duration;
 
@@ -54,6 +57,7 @@ async fn main() {
         let client = builder
             .watchdog_timeout(Duration::from_millis(ms))
             .fair_lock_queue_timeout(Duration::from_millis(ms))
+            .self_wait_warning(Duration::from_millis(200))
             .build()
             .await
             .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
@@ -148,6 +152,19 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| fail(1, &format!("cannot unlock: {e}")));
             return;
+        }
+        "self-wait" => {
+            let lock = client.get_lock(name);
+            let waits = tokio::spawn(async move {
+                let (guard, held) = (lock.lock().await, line!());
+                let guard = guard.unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+                println!("LOCKED {}", guard.fencing_token());
+                println!("AT {held} {}", line!() + 1);
+                let again = lock.lock().await;
+                fail(1, &format!("the second lock() ended: {again:?}"));
+            });
+            let _ = waits.await;
+            fail(1, "the self-waiting task ended");
         }
         "permit-revocable" => {
             let permit = client

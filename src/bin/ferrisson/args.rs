@@ -95,7 +95,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The live ferrisson clients (id, app, host, pid, version, age) and what each holds
+    /// The live ferrisson clients (id, app, host, pid, version, age), what each holds and
+    /// where it took it, and its waits for a hold of its own
     Clients {
         /// Print them as JSON
         #[arg(long)]

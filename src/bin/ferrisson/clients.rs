@@ -1,12 +1,13 @@
-//! `clients [--json]`: every live client, what each holds and where it waits in line; apart,
-//! the holds and waits of owners whose client records no live identity (dead clients, Java
-//! Redisson clients, clients with identities off).
+//! `clients [--json]`: every live client, what each holds (and where it took it) and where it
+//! waits in line, and its waits for a hold of its own task; apart, the holds and waits of
+//! owners whose client records no live identity (dead clients, Java Redisson clients, clients
+//! with identities off).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use ferrisson::Client;
 use ferrisson::inspect::Snapshot;
+use ferrisson::{Client, SelfWaitSite};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -26,7 +27,11 @@ struct Doings<'a> {
 type ByClient<'a> = BTreeMap<Option<Uuid>, Doings<'a>>;
 
 pub(crate) async fn clients(client: &Client, json: bool) -> Result<Code, Failure> {
-    let (found, who) = futures::try_join!(client.inspect_matching("*"), Directory::all(client))?;
+    let (mut found, who) =
+        futures::try_join!(client.inspect_matching("*"), Directory::all(client))?;
+    for snapshot in &mut found {
+        who.fill_places(snapshot);
+    }
     let mut by_client = ByClient::new();
     let live = |id: Option<Uuid>| id.filter(|id| who.get(*id).is_some());
     for snapshot in &found {
@@ -93,6 +98,9 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
                 let _ = writeln!(out, "    waits for {}", waited(wait, snapshot));
             }
         }
+        for wait in &identity.self_waits {
+            let _ = writeln!(out, "    {}", self_wait(wait));
+        }
     }
     if let Some(unknown) = by_client.get(&None) {
         let _ = writeln!(
@@ -135,7 +143,27 @@ fn held(hold: &Hold, snapshot: &Snapshot) -> String {
         None if hold.side == "read" => parts.push("its own lease ran out".to_owned()),
         None => {}
     }
-    format!("{} ({})", clean(&hold.object), parts.join(", "))
+    let at = crate::show::acquired(&hold.acquired_at);
+    format!(
+        "{} ({}){}",
+        clean(&hold.object),
+        parts.join(", "),
+        clean(&at)
+    )
+}
+
+/// `waits for a hold of its own task: orders (held at src/a.rs:3:9, waiting at src/b.rs:8:5,
+/// for 12.0s)`, [`clean`].
+fn self_wait(wait: &SelfWaitSite) -> String {
+    let whose = if wait.thread { "thread" } else { "task" };
+    let text = format!(
+        "waits for a hold of its own {whose}: {} (held at {}, waiting at {}, for {})",
+        wait.lock,
+        wait.held_at,
+        wait.called_at,
+        span(wait.waited)
+    );
+    clean(&text).into_owned()
 }
 
 /// `reports:nightly (fair, in line, 1 of 2)`, [`clean`].
@@ -152,6 +180,7 @@ fn hold_json(hold: &Hold, snapshot: &Snapshot) -> Value {
         "side": if hold.side.is_empty() { Value::Null } else { hold.side.into() },
         "holds": hold.holds,
         "lease_ms": hold.lease.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "acquired_at": hold.acquired_at,
     })
 }
 

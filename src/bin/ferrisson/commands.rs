@@ -18,8 +18,9 @@ pub(crate) async fn inspect(
     as_kind: Option<Kind>,
     json: bool,
 ) -> Result<Code, Failure> {
-    let snapshot = read(client, name, as_kind).await?;
+    let mut snapshot = read(client, name, as_kind).await?;
     let who = Directory::of(client, &parties(&snapshot)).await?;
+    who.fill_places(&mut snapshot);
     if json {
         let mut value = to_json(&snapshot)?;
         enrich(&mut value, &who);
@@ -59,8 +60,11 @@ async fn read(client: &Client, name: &str, as_kind: Option<Kind>) -> ferrisson::
 
 /// `list [PATTERN] [--json]`.
 pub(crate) async fn list(client: &Client, pattern: &str, json: bool) -> Result<Code, Failure> {
-    let (found, who) =
+    let (mut found, who) =
         futures::try_join!(client.inspect_matching(pattern), Directory::all(client))?;
+    for snapshot in &mut found {
+        who.fill_places(snapshot);
+    }
     if json {
         let mut value = Value::Array(found.iter().map(to_json).collect::<Result<_, _>>()?);
         enrich(&mut value, &who);

@@ -18,34 +18,47 @@ pub(crate) struct Hold {
     /// The lease left of this hold: a reader's own (its longest read hold's), else the
     /// object's.
     pub(crate) lease: Option<Duration>,
+    /// Where the hold was taken, `file:line:col`, when the snapshot says (see
+    /// [`Directory::fill_places`](crate::who::Directory::fill_places)).
+    pub(crate) acquired_at: Option<String>,
 }
 
 /// Every hold of `snapshot`, writer before readers.
 pub(crate) fn holds(snapshot: &Snapshot) -> Vec<Hold> {
     let object = snapshot.name().to_owned();
-    let hold = |owner: &str, client, side, holds, lease| Hold {
+    let hold = |owner: &str, client, side, holds, lease, at: &Option<String>| Hold {
         object: object.clone(),
         owner: owner.to_owned(),
         client,
         side,
         holds,
         lease,
+        acquired_at: at.clone(),
     };
     match snapshot {
         Snapshot::Lock(lock) => lock
             .holders
             .iter()
-            .map(|h| hold(&h.owner, h.client, "", h.holds, lock.lease))
+            .map(|h| hold(&h.owner, h.client, "", h.holds, lock.lease, &h.acquired_at))
             .collect(),
         Snapshot::ReadWriteLock(rw) => rw
             .writer
             .iter()
-            .map(|w| hold(&w.owner, w.client, "write", w.holds, rw.lease))
+            .map(|w| {
+                hold(
+                    &w.owner,
+                    w.client,
+                    "write",
+                    w.holds,
+                    rw.lease,
+                    &w.acquired_at,
+                )
+            })
             .chain(rw.readers.iter().map(|r| {
                 // The hash's lease lasts as long as the longest reader's: a dead reader's
                 // own runs out sooner.
                 let own = r.leases.iter().flatten().max().copied();
-                hold(&r.owner, r.client, "read", r.holds, own)
+                hold(&r.owner, r.client, "read", r.holds, own, &r.acquired_at)
             }))
             .collect(),
         _ => Vec::new(),

@@ -94,6 +94,12 @@ fn lease(lease: Option<Duration>, held: bool) -> String {
     }
 }
 
+/// `, acquired at src/x.rs:42:7` when the place is known.
+pub(crate) fn acquired(at: &Option<String>) -> String {
+    at.as_ref()
+        .map_or_else(String::new, |at| format!(", acquired at {at}"))
+}
+
 fn holds(n: u32) -> String {
     if n == 1 {
         "1 hold".to_owned()
@@ -112,7 +118,12 @@ fn lock(out: &mut String, lock: &LockSnapshot, who: &Directory) {
     line(out, &lock.name, &format!("{kind}, {state}"));
     for h in &lock.holders {
         field(out, "held by", who.long(h.client, &h.owner));
-        field(out, "", format!("owner {}, {}", h.owner, holds(h.holds)));
+        let at = acquired(&h.acquired_at);
+        field(
+            out,
+            "",
+            format!("owner {}, {}{at}", h.owner, holds(h.holds)),
+        );
     }
     field(out, "lease", self::lease(lock.lease, lock.is_held()));
     let ferrisson = match lock.subscribers {
@@ -188,10 +199,11 @@ fn rwlock(out: &mut String, rw: &RwLockSnapshot, who: &Directory) {
     );
     if let Some(w) = &rw.writer {
         field(out, "writer", who.long(w.client, &w.owner));
+        let at = acquired(&w.acquired_at);
         field(
             out,
             "",
-            format!("owner {}, {} (write)", w.owner, holds(w.holds)),
+            format!("owner {}, {} (write){at}", w.owner, holds(w.holds)),
         );
     }
     for r in &rw.readers {
@@ -205,10 +217,11 @@ fn rwlock(out: &mut String, rw: &RwLockSnapshot, who: &Directory) {
             out,
             "",
             format!(
-                "owner {}, {}, leases left {}",
+                "owner {}, {}, leases left {}{}",
                 r.owner,
                 holds(r.holds),
-                leases.join(", ")
+                leases.join(", "),
+                acquired(&r.acquired_at)
             ),
         );
     }

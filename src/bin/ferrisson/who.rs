@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use ferrisson::inspect::Snapshot;
 use ferrisson::{Client, ClientIdentity};
 use serde_json::Value;
 use uuid::Uuid;
@@ -63,6 +64,36 @@ impl Directory {
 
     pub(crate) fn is_own(&self, id: Uuid) -> bool {
         self.own == Some(id)
+    }
+
+    /// Fills in where each hold of `snapshot` was taken, as its client's identity says (holds
+    /// of this tool's own client say so already; so do holds younger than a second nowhere).
+    pub(crate) fn fill_places(&self, snapshot: &mut Snapshot) {
+        let name = snapshot.name().to_owned();
+        let fill = |client: Option<Uuid>, owner: &str, at: &mut Option<String>| {
+            if at.is_none() {
+                let known = client.and_then(|id| self.get(id));
+                *at = known
+                    .and_then(|c| c.acquired_at(&name, owner))
+                    .map(str::to_owned);
+            }
+        };
+        match snapshot {
+            Snapshot::Lock(lock) => {
+                for h in &mut lock.holders {
+                    fill(h.client, &h.owner, &mut h.acquired_at);
+                }
+            }
+            Snapshot::ReadWriteLock(rw) => {
+                if let Some(w) = &mut rw.writer {
+                    fill(w.client, &w.owner, &mut w.acquired_at);
+                }
+                for r in &mut rw.readers {
+                    fill(r.client, &r.owner, &mut r.acquired_at);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// `app@host:pid`; `?1b4e28ba` for a client without a live identity; the owner itself when
