@@ -493,6 +493,7 @@ impl Client {
                 identity,
                 pending: pending.clone(),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                draining: std::sync::OnceLock::new(),
                 _shutdown: shutdown,
                 thread,
             }),

@@ -264,6 +264,31 @@ pub enum Error {
     /// cache, or a proxy in the way).
     #[error("unexpected reply from redis: {0}")]
     UnexpectedReply(String),
+
+    /// The process got SIGTERM or SIGINT and drains (see
+    /// [`Client::close_on_signal`](crate::Client::close_on_signal)): the client takes on no new
+    /// acquisition, while the holds it has keep their leases until their work gives them back
+    /// or the drain grace runs out. Nothing was sent to Redis. A server answers the request
+    /// it could not take as unavailable (an HTTP 503, say), for it to be retried elsewhere.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) {
+    /// match client.get_lock("orders:42").lock().await {
+    ///     Ok(guard) => { let _ = guard.unlock().await; }
+    ///     Err(ferrisson::Error::Draining { signal }) => eprintln!("{signal}: not taking work"),
+    ///     Err(other) => eprintln!("failed: {other}"),
+    /// }
+    /// # }
+    /// ```
+    #[error(
+        "the process is shutting down on {signal}: it takes no new locks (the holds it has finish their work within the drain grace)"
+    )]
+    Draining {
+        /// The signal that started the drain.
+        signal: crate::signal::Signal,
+    },
 }
 
 fn join(errors: &[Error]) -> String {

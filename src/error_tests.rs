@@ -148,3 +148,13 @@ fn timeouts_are_unknown_outcomes_refusals_are_not() {
     let reset = Error::Redis(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "r").into());
     assert!(reset.outcome_unknown() && reset.connection_dropped());
 }
+
+#[test]
+fn draining_names_the_signal_and_what_still_runs() {
+    let shown = Error::Draining {
+        signal: crate::Signal::Terminate,
+    }
+    .to_string();
+    assert!(shown.contains("SIGTERM"), "{shown}");
+    assert!(shown.contains("no new locks"), "{shown}");
+}

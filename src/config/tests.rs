@@ -133,3 +133,15 @@ fn latch_outlives_every_resend() {
     let c = builder().check().unwrap();
     assert!(c.unlock_latch_ttl() > c.round_trip_cap() * 2);
 }
+
+#[test]
+fn drain_grace_defaults_below_kubernetes_and_may_be_zero() {
+    let c = builder().check().unwrap();
+    assert_eq!(c.drain_grace, Duration::from_secs(25));
+    let zero = builder().drain_grace(Duration::ZERO).check().unwrap();
+    assert_eq!(zero.drain_grace, Duration::ZERO);
+    assert!(matches!(
+        builder().drain_grace(Duration::MAX).check(),
+        Err(Error::Config(m)) if m.contains("drain_grace")
+    ));
+}
