@@ -234,6 +234,19 @@ async fn bad_client_settings_are_config_errors() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("watchdog_timeout"), "{err}");
+    // A port out of range is named (the redis crate says only "did not parse"), in every
+    // topology's URLs.
+    let err = ferrisson::Client::connect("redis://127.0.0.1:99999")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("the port `99999`"), "{err}");
+    let err = ferrisson::Client::builder()
+        .cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:70001"])
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the port `70001`"), "{err}");
 }
 
 #[test]
