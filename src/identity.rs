@@ -86,6 +86,9 @@ pub(crate) struct Own {
     /// Whether [`Client::close`] removed the identity. Held across a beat's calls, so that a
     /// beat that found the key gone cannot write it back after the removal.
     removed: tokio::sync::Mutex<bool>,
+    /// Set as the removal starts, before it waits for a beat under way: a removal cut short
+    /// by `close`'s deadline still stops every later beat.
+    removing: std::sync::atomic::AtomicBool,
 }
 
 impl Own {
@@ -102,6 +105,7 @@ impl Own {
             ],
             started: AtomicU64::new(0),
             removed: tokio::sync::Mutex::new(false),
+            removing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -130,7 +134,7 @@ impl Own {
     /// gone (a restarted or emptied server). Nothing once the client was closed.
     pub(crate) async fn beat(&self, executor: &Executor) -> Result<()> {
         let removed = self.removed.lock().await;
-        if *removed {
+        if *removed || self.removing.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut pexpire = redis::cmd("PEXPIRE");
@@ -147,6 +151,7 @@ impl Own {
 
     /// Removes the identity for good (see [`Client::close`]).
     pub(crate) async fn remove(&self, executor: &Executor) -> Result<()> {
+        self.removing.store(true, Ordering::Release);
         let mut removed = self.removed.lock().await;
         *removed = true;
         let mut del = redis::cmd("DEL");
