@@ -289,6 +289,27 @@ pub enum Error {
         /// The signal that started the drain.
         signal: crate::signal::Signal,
     },
+
+    /// [`RedLockGuard::unlock`](crate::RedLockGuard::unlock): the lock is released on a
+    /// majority of its instances, so it is free (another RedLock acquisition over the same
+    /// instances can win it now), but some instances failed to release their part: down,
+    /// unreachable, or too slow. The caller may go on as after a clean unlock; each failed
+    /// part frees itself when its lease runs out, or is released in the background if its
+    /// instance comes back meanwhile. When fewer than a majority released, `unlock` fails
+    /// with [`Error::Multiple`] instead: the lock may stay taken until those leases run out.
+    #[error(
+        "the RedLock is released on a majority of its instances ({released} of the {granted} that held it), so others can take it now; {} instance(s) failed to release their part, which frees itself when its lease runs out: {}",
+        failures.len(),
+        join(failures)
+    )]
+    ReleasedOnMajority {
+        /// Instances that released.
+        released: usize,
+        /// Instances that held the lock (granted it at the acquisition).
+        granted: usize,
+        /// One [`Error::Part`] per instance that failed: its lock, its server, and its error.
+        failures: Vec<Error>,
+    },
 }
 
 fn join(errors: &[Error]) -> String {
