@@ -29,7 +29,7 @@ impl Worker {
     /// Starts one with drain grace `grace_ms` (`None`: the default) and waits until its work
     /// holds the lock `job`.
     async fn working(server: &RedisServer, kind: &str, grace_ms: Option<u64>) -> Worker {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"));
+        let mut command = Command::new(support::holder_binary());
         command
             .args([&server.url(), "job", &LEASE_MS.to_string(), kind])
             .stdout(Stdio::piped())

@@ -26,7 +26,7 @@ struct Holder {
 
 impl Holder {
     async fn locked(server: &RedisServer, name: &str, kind: &str) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
+        let mut child = Command::new(support::holder_binary())
             .args([&server.url(), name, &LEASE_MS.to_string(), kind])
             // No drain (tests/drain.rs has it): the holds go back at the signal.
             .env("FERRISSON_TEST_DRAIN_MS", "0")
