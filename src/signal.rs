@@ -241,6 +241,8 @@ struct Listener {
     clients: Mutex<Vec<Weak<Core>>>,
     /// The signal, once its shutdown gave the holds back.
     heard: watch::Sender<Option<Signal>>,
+    /// Set on a second signal: the process ends with its status, not the first's.
+    cut: std::sync::atomic::AtomicBool,
 }
 
 static LISTENER: Mutex<Option<Arc<Listener>>> = Mutex::new(None);
@@ -274,6 +276,7 @@ impl Listener {
         let listener = Arc::new(Listener {
             clients: Mutex::default(),
             heard: watch::channel(None).0,
+            cut: std::sync::atomic::AtomicBool::new(false),
         });
         let served = listener.clone();
         let (ready, installed) = std::sync::mpsc::channel();
@@ -316,6 +319,7 @@ impl Listener {
         let first = signals.next().await;
         tokio::spawn(self.clone().shut_down(first));
         let second = signals.next().await;
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
         tracing::warn!(signal = %second, "a second signal: giving back every hold at once and ending the process");
         let clients = self.served();
         let given_back = futures::future::join_all(
@@ -354,6 +358,10 @@ impl Listener {
         };
         futures::future::join_all(clients.iter().map(|core| give_back_all(core, lose))).await;
         drop(clients);
+        if self.cut.load(std::sync::atomic::Ordering::Acquire) {
+            // The second signal's give-back ends the process.
+            return;
+        }
         if lose == Lose::Tell && self.heard.receiver_count() > 0 {
             self.heard.send_replace(Some(signal));
         } else {
