@@ -73,8 +73,9 @@ impl Client {
     /// alive).
     ///
     /// **The drain.** From the signal on, a new acquisition of the client (a lock of any
-    /// kind, a `MultiLock` or `RedLock` part, semaphore permits) fails at once with
-    /// [`Error::Draining`]: the process takes no new work. What it already holds keeps its
+    /// kind, a [`MultiLock`](crate::MultiLock), semaphore permits) fails at once with
+    /// [`Error::Draining`]: the process takes no new work (a [`RedLock`](crate::RedLock)
+    /// fails with [`Error::QuorumNotReached`], each part's error an `Error::Draining`). What it already holds keeps its
     /// lease, renewed by the watchdog, so the work under way, in
     /// [`with_lock`](crate::RLock::with_lock) or with a guard, goes on undisturbed; an
     /// acquisition nested in that work (one more hold of the same lock), an acquisition that
