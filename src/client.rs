@@ -504,8 +504,8 @@ impl Client {
 
     /// Closes the client: every handle of it refuses new acquires and waits from now on
     /// ([`Error::Closed`]); releases, renewals of what is still held and reads go on. Then waits
-    /// until the background work of this client is done (releases of dropped guards, repairs,
-    /// leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
+    /// until the background work of this client is done (releases of dropped guards and
+    /// unlocks under way, repairs, leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
     /// way when a process exits never reaches Redis, and its locks stay taken until their
     /// leases run out. Returns what was still under way when it gave up (empty: all done);
     /// each is also logged as a warning. Last, it removes the client's identity (see

@@ -169,6 +169,29 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn emptied_resolves_once_the_last_hold_is_unlisted() {
+        let live = Arc::new(LiveHolds::default());
+        live.emptied().await; // none listed: at once
+        let lease = Arc::new(Lease::new(1, tokio::time::Instant::now(), 1000));
+        let (a, b) = (Arc::new(Named("a")), Arc::new(Named("b")));
+        let (id_a, _) = live.list(hold(&a, &lease));
+        let (id_b, _) = live.list(hold(&b, &lease));
+        let waiter = tokio::spawn({
+            let live = live.clone();
+            async move { live.emptied().await }
+        });
+        live.unlist(id_a);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "b is still listed");
+        live.unlist(id_b);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .expect("told when the list became empty")
+            .unwrap();
+        assert!(live.is_empty());
+    }
+
     #[test]
     fn a_closed_list_hands_new_holds_back_and_skips_the_gone() {
         let live = LiveHolds::default();
