@@ -345,8 +345,8 @@ impl Listener {
         }
         tracing::info!(%signal, "draining: new acquisitions are refused; the holds taken finish their work within the drain grace");
         futures::future::join_all(clients.iter().map(|core| async move {
-            if !core.drained().await {
-                let grace = core.config.drain_grace;
+            let grace = core.config.drain_grace;
+            if !core.drained().await && !grace.is_zero() {
                 tracing::warn!(%signal, ?grace, "the drain grace ran out with holds still taken: giving them back");
             }
         }))

@@ -100,8 +100,8 @@ impl Client {
     }
 }
 
-/// Tells when the process got SIGINT or SIGTERM and the holds of the client it came from were
-/// given back. From [`Client::on_signal`]; the blocking twin of
+/// Tells when the process got SIGINT or SIGTERM, drained, and gave back the holds of the client
+/// it came from. From [`Client::on_signal`]; the blocking twin of
 /// [`ferrisson::OnSignal`](crate::OnSignal).
 ///
 /// While one lives, a signal leaves the process running for the program's own shutdown; a
@@ -114,12 +114,13 @@ pub struct OnSignal {
 }
 
 impl OnSignal {
-    /// The signal, once it came and the holds were given back; `None` before. Does not block.
+    /// The signal, once it came, the drain ended and the holds were given back; `None` before.
+    /// Does not block.
     pub fn received(&self) -> Option<Signal> {
         self.signal.received()
     }
 
-    /// Blocks until the signal came and the holds were given back.
+    /// Blocks until the signal came, the drain ended and the holds were given back.
     ///
     /// # Errors
     ///
