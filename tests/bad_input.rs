@@ -330,3 +330,14 @@ async fn every_lock_kind_refuses_bad_names_and_foreign_types() {
     expected.sort();
     assert_eq!(left, expected);
 }
+
+/// A build without the `tls` feature refuses `rediss://` saying which feature to enable.
+#[cfg(not(feature = "tls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_without_the_tls_feature_names_it() {
+    let err = ferrisson::Client::connect("rediss://127.0.0.1:6380")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains(r#"features = ["tls"]"#), "{err}");
+}
