@@ -3,9 +3,10 @@
 //! job on another machine would never bill one twice; a semaphore keeps at most two calls to the
 //! (pretend) payment provider in flight fleet-wide; a count-down latch tells the coordinator
 //! when every invoice is done. One worker stalls in blocking work for three watchdog leases,
-//! and keeps its lock, renewed by the client's own thread. Ctrl-C (or SIGTERM) gives back every
-//! invoice lock held at that moment before the job exits (`close_on_signal`), so a rerun does not
-//! wait for leases. (The provider semaphore's permits are counts, not holds: an `RSemaphore`
+//! and keeps its lock, renewed by the client's own thread. Ctrl-C (or SIGTERM) drains the job
+//! (`close_on_signal`): from then on no worker takes a new lock or permit (`Error::Draining` ends
+//! it), the invoice locks held go back as their workers stop (or when the drain grace runs out;
+//! at once on a second Ctrl-C), and the job exits, so a rerun does not wait for leases. (The provider semaphore's permits are counts, not holds: an `RSemaphore`
 //! permit taken when the job is stopped stays taken; `RPermitExpirableSemaphore` is the one whose
 //! permits come back.)
 //!
@@ -31,7 +32,8 @@ fn main() -> ferrisson::Result<()> {
         // Short, to show it: invoice 5 takes three leases.
         .watchdog_timeout(watchdog)
         .build()?;
-    // One step for a clean Ctrl-C: the worker threads need not notice it.
+    // One step for a clean Ctrl-C: the worker threads only meet `Error::Draining` at their next
+    // acquisition.
     client.close_on_signal()?;
     let run = client.id().simple().to_string()[..8].to_owned();
     let provider = client.get_semaphore(&format!("blocking-example:{run}:provider"));

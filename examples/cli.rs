@@ -2,8 +2,9 @@
 //! lock across blocking work, and ends cleanly. Its lease is renewed by the client's own thread
 //! while this thread is busy, and `close` makes sure the release reached Redis before the
 //! process exits, so the next run gets the lock at once. Stopped with Ctrl-C (or SIGTERM)
-//! halfway, it gives the lock back as well, thanks to `close_on_signal`, and exits with status
-//! 130 (143): try it during the three seconds of "export".
+//! halfway, it lets the export finish, gives the lock back as well, thanks to `close_on_signal`,
+//! and exits with status 130 (143); a second Ctrl-C cuts the export and gives the lock back at
+//! once: try it during the three seconds of "export".
 //!
 //! Run with `cargo run --example cli` (uses `REDIS_URL`, or starts its own redis-server).
 
@@ -21,8 +22,9 @@ async fn main() -> ferrisson::Result<()> {
         .watchdog_timeout(Duration::from_secs(1))
         .build()
         .await?;
-    // From here on, Ctrl-C gives every hold of this client back before the process ends,
-    // instead of leaving the lock to its lease (30 s by default) and the next run waiting.
+    // From here on, Ctrl-C lets the work under the lock finish and gives every hold of this
+    // client back before the process ends, instead of leaving the lock to its lease (30 s by
+    // default) and the next run waiting.
     client.close_on_signal()?;
     let lock = client.get_lock("nightly-export");
 

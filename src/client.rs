@@ -493,6 +493,7 @@ impl Client {
                 identity,
                 pending: pending.clone(),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                draining: std::sync::OnceLock::new(),
                 _shutdown: shutdown,
                 thread,
             }),
@@ -503,13 +504,14 @@ impl Client {
 
     /// Closes the client: every handle of it refuses new acquires and waits from now on
     /// ([`Error::Closed`]); releases, renewals of what is still held and reads go on. Then waits
-    /// until the background work of this client is done (releases of dropped guards, repairs,
-    /// leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
+    /// until the background work of this client is done (releases of dropped guards and
+    /// unlocks under way, repairs, leaving fair queues), at most twice the response timeout, and drops this handle. Call it, after the last guard is gone, at the end of a process: work still under
     /// way when a process exits never reaches Redis, and its locks stay taken until their
     /// leases run out. Returns what was still under way when it gave up (empty: all done);
     /// each is also logged as a warning. Last, it removes the client's identity (see
-    /// [`clients`](Self::clients)); if Redis does not answer, the identity's TTL removes it
-    /// within 5 s.
+    /// [`clients`](Self::clients)) in the time left; if Redis does not answer, the identity's
+    /// TTL removes it within 5 s. All of it takes at most twice the response timeout (6 s by
+    /// default), whatever Redis does.
     ///
     /// Dropping the last handle of a client waits for the releases of dropped guards (which go
     /// over the client thread's own connection) for at most one second, blocking the thread:
@@ -537,13 +539,24 @@ impl Client {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
-        let within = self.inner.config.response_timeout * 2;
+        // One deadline for all of it, the identity's removal included.
+        let deadline = tokio::time::Instant::now() + self.inner.config.response_timeout * 2;
+        let within = deadline.saturating_duration_since(tokio::time::Instant::now());
         let left = self.inner.pending.settled(within).await;
         warn_left(&left);
-        if let Some(identity) = &self.inner.identity
-            && let Err(e) = identity.remove(&self.inner.executor).await
-        {
-            tracing::debug!(error = %e, "the client's identity was not removed; its TTL ends it");
+        if let Some(identity) = &self.inner.identity {
+            let removal = identity.remove(&self.inner.executor);
+            match tokio::time::timeout_at(deadline, removal).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "the client's identity was not removed; its TTL ends it");
+                }
+                Err(_) => {
+                    tracing::debug!(
+                        "no time left to remove the client's identity; its TTL ends it"
+                    );
+                }
+            }
         }
         left
     }

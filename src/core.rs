@@ -27,6 +27,9 @@ pub(crate) struct Core {
     pub(crate) observe: crate::observe::Context,
     /// Set by [`Client::close`](crate::Client::close): no new acquire or wait is taken on.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// Set on a signal (see [`drain`](crate::drain)): no new acquisition is taken on, while the
+    /// holds taken finish their work.
+    pub(crate) draining: std::sync::OnceLock<crate::signal::Signal>,
     /// What the client records of itself in Redis; `None` when identities are off.
     pub(crate) identity: Option<std::sync::Arc<crate::identity::Own>>,
     /// Background work under way, which the end of a process waits for.
@@ -46,8 +49,19 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
-    /// `Err(Error::Closed)` once the client was closed.
+    /// `Err(Error::Closed)` once the client was closed, `Err(Error::Draining)` while it drains
+    /// on a signal: for a new acquisition.
     pub(crate) fn accepting(&self) -> crate::error::Result<()> {
+        self.open()?;
+        match self.draining.get() {
+            Some(&signal) => Err(crate::error::Error::Draining { signal }),
+            None => Ok(()),
+        }
+    }
+
+    /// `Err(Error::Closed)` once the client was closed: for what a drain lets go on (an
+    /// acquisition nested in a hold's work, a latch's wait).
+    pub(crate) fn open(&self) -> crate::error::Result<()> {
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(crate::error::Error::Closed);
         }

@@ -309,6 +309,52 @@ pub enum Error {
     /// cache, or a proxy in the way).
     #[error("unexpected reply from redis: {0}")]
     UnexpectedReply(String),
+
+    /// The process got SIGTERM or SIGINT and drains (see
+    /// [`Client::close_on_signal`](crate::Client::close_on_signal)): the client takes on no new
+    /// acquisition, while the holds it has keep their leases until their work gives them back
+    /// or the drain grace runs out. Nothing was sent to Redis. A server answers the request
+    /// it could not take as unavailable (an HTTP 503, say), for it to be retried elsewhere.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) {
+    /// match client.get_lock("orders:42").lock().await {
+    ///     Ok(guard) => { let _ = guard.unlock().await; }
+    ///     Err(ferrisson::Error::Draining { signal }) => eprintln!("{signal}: not taking work"),
+    ///     Err(other) => eprintln!("failed: {other}"),
+    /// }
+    /// # }
+    /// ```
+    #[error(
+        "the process is shutting down on {signal}: it takes no new locks (the holds it has finish their work within the drain grace)"
+    )]
+    Draining {
+        /// The signal that started the drain.
+        signal: crate::signal::Signal,
+    },
+
+    /// [`RedLockGuard::unlock`](crate::RedLockGuard::unlock): the lock is released on a
+    /// majority of its instances, so it is free (another RedLock acquisition over the same
+    /// instances can win it now), but some instances failed to release their part: down,
+    /// unreachable, or too slow. The caller may go on as after a clean unlock; each failed
+    /// part frees itself when its lease runs out, or is released in the background if its
+    /// instance comes back meanwhile. When fewer than a majority released, `unlock` fails
+    /// with [`Error::Multiple`] instead: the lock may stay taken until those leases run out.
+    #[error(
+        "the RedLock is released on a majority of its instances ({released} of the {granted} that held it), so others can take it now; {} instance(s) failed to release their part, which frees itself when its lease runs out: {}",
+        failures.len(),
+        join(failures)
+    )]
+    ReleasedOnMajority {
+        /// Instances that released.
+        released: usize,
+        /// Instances that held the lock (granted it at the acquisition).
+        granted: usize,
+        /// One [`Error::Part`] per instance that failed: its lock, its server, and its error.
+        failures: Vec<Error>,
+    },
 }
 
 fn join(errors: &[Error]) -> String {

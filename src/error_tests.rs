@@ -170,3 +170,13 @@ fn a_self_wait_names_both_places_and_how_to_nest() {
     }
     assert!(std::error::Error::source(&err).is_none());
 }
+
+#[test]
+fn draining_names_the_signal_and_what_still_runs() {
+    let shown = Error::Draining {
+        signal: crate::Signal::Terminate,
+    }
+    .to_string();
+    assert!(shown.contains("SIGTERM"), "{shown}");
+    assert!(shown.contains("no new locks"), "{shown}");
+}

@@ -98,6 +98,9 @@ pub(crate) struct Own {
     /// Held across a beat's calls, so that a beat that found the key gone cannot write it back
     /// after the removal, and beats publish in order.
     state: tokio::sync::Mutex<Beats>,
+    /// Set as the removal starts, before it waits for a beat under way: a removal cut short
+    /// by `close`'s deadline still stops every later beat.
+    removing: std::sync::atomic::AtomicBool,
 }
 
 /// What the beats have done.
@@ -127,6 +130,7 @@ impl Own {
                 removed: false,
                 published: sites::fields(&Sites::default(), None),
             }),
+            removing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -166,7 +170,7 @@ impl Own {
     /// server). Nothing once the client was closed.
     pub(crate) async fn beat(&self, executor: &Executor, sites: Option<&Sites>) -> Result<()> {
         let mut state = self.state.lock().await;
-        if state.removed {
+        if state.removed || self.removing.load(Ordering::Acquire) {
             return Ok(());
         }
         let now = sites.map(|s| sites::fields(s, self.clock.get().copied()));
@@ -203,6 +207,7 @@ impl Own {
 
     /// Removes the identity for good (see [`Client::close`]).
     pub(crate) async fn remove(&self, executor: &Executor) -> Result<()> {
+        self.removing.store(true, Ordering::Release);
         let mut state = self.state.lock().await;
         state.removed = true;
         let mut del = redis::cmd("DEL");

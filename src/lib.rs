@@ -9,6 +9,7 @@ mod config;
 mod connection;
 mod core;
 mod deadline;
+mod drain;
 mod error;
 pub mod guide;
 mod identity;

@@ -63,6 +63,8 @@ impl Hold {
 #[derive(Debug, Default)]
 pub(crate) struct LiveHolds {
     state: Mutex<State>,
+    /// Told when the list becomes empty (for a signal's drain).
+    emptied: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -103,7 +105,32 @@ impl LiveHolds {
 
     /// The hold `id` was given back (or never listed): forgets it.
     pub(crate) fn unlist(&self, id: u64) {
-        self.state().holds.remove(&id);
+        let mut state = self.state();
+        state.holds.remove(&id);
+        let empty = state.holds.is_empty();
+        drop(state);
+        if empty {
+            self.emptied.notify_waiters();
+        }
+    }
+
+    /// Whether no hold is listed now.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.state().holds.is_empty()
+    }
+
+    /// Resolves once no hold is listed (at once when none is).
+    pub(crate) async fn emptied(&self) {
+        loop {
+            let emptied = self.emptied.notified();
+            let mut emptied = std::pin::pin!(emptied);
+            // Registered before the look, so an unlist between the two is not missed.
+            emptied.as_mut().enable();
+            if self.is_empty() {
+                return;
+            }
+            emptied.await;
+        }
     }
 
     /// Closes the list and returns every hold on it: from now on a new hold is not listed but
@@ -111,7 +138,10 @@ impl LiveHolds {
     pub(crate) fn close(&self, lose: Lose) -> Vec<Hold> {
         let mut state = self.state();
         state.closed.get_or_insert(lose);
-        state.holds.drain().map(|(_, hold)| hold).collect()
+        let holds = state.holds.drain().map(|(_, hold)| hold).collect();
+        drop(state);
+        self.emptied.notify_waiters();
+        holds
     }
 }
 
@@ -137,6 +167,29 @@ mod tests {
             whose: None,
             lease: Arc::downgrade(lease),
         }
+    }
+
+    #[tokio::test]
+    async fn emptied_resolves_once_the_last_hold_is_unlisted() {
+        let live = Arc::new(LiveHolds::default());
+        live.emptied().await; // none listed: at once
+        let lease = Arc::new(Lease::new(1, tokio::time::Instant::now(), 1000));
+        let (a, b) = (Arc::new(Named("a")), Arc::new(Named("b")));
+        let (id_a, _) = live.list(hold(&a, &lease));
+        let (id_b, _) = live.list(hold(&b, &lease));
+        let waiter = tokio::spawn({
+            let live = live.clone();
+            async move { live.emptied().await }
+        });
+        live.unlist(id_a);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "b is still listed");
+        live.unlist(id_b);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .expect("told when the list became empty")
+            .unwrap();
+        assert!(live.is_empty());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Ending a process on SIGINT or SIGTERM with its clients' holds given back.
+//! Ending a process on SIGINT or SIGTERM with its clients' holds given back, after a drain
+//! (see [`drain`](crate::drain)).
 //!
 //! A process that ends on a signal's default action runs no destructor: its guards are never
 //! dropped, and every lock it held stays taken until its lease runs out (30 s by default).
@@ -64,19 +65,35 @@ impl std::fmt::Display for Signal {
 }
 
 impl Client {
-    /// On SIGINT (Ctrl-C) or SIGTERM, gives back every hold of this client, then ends the
-    /// process with exit status 130 or 143 ([`Signal::exit_code`]). The one step a program
-    /// needs so that the next run, or another process, does not wait out the lease of a lock
-    /// it held when it was stopped. Call it once, early, on each client whose holds should go
-    /// back (on a clone: the listener keeps no client alive).
+    /// On SIGINT (Ctrl-C) or SIGTERM, drains this client, gives back what it still holds,
+    /// then ends the process with exit status 130 or 143 ([`Signal::exit_code`]): a rolling
+    /// deploy lets the work under way finish, and the next run, or another process, does not
+    /// wait out the lease of a lock the process held when it was stopped. Call it once, early,
+    /// on each client whose holds should go back (on a clone: the listener keeps no client
+    /// alive).
     ///
-    /// On the signal, the client is closed (it takes on no new acquire, as after
-    /// [`close`](Self::close)), each hold its live guards stand for is given back at once,
-    /// whatever the interrupted code is doing with them (a lock's holds all together, as many
-    /// as were nested; a guard's permits), and the releases of guards dropped before are
-    /// waited for. All of it takes at most twice the response timeout (6 s by default): a
-    /// Redis that does not answer leaves the rest to the leases, and the process ends anyway.
-    /// A second signal meanwhile ends the process at once.
+    /// **The drain.** From the signal on, a new acquisition of the client (a lock of any
+    /// kind, a [`MultiLock`](crate::MultiLock), semaphore permits) fails at once with
+    /// [`Error::Draining`]: the process takes no new work (a [`RedLock`](crate::RedLock)
+    /// fails with [`Error::QuorumNotReached`], each part's error an `Error::Draining`). What it already holds keeps its
+    /// lease, renewed by the watchdog, so the work under way, in
+    /// [`with_lock`](crate::RLock::with_lock) or with a guard, goes on undisturbed; an
+    /// acquisition nested in that work (one more hold of the same lock), an acquisition that
+    /// was already waiting, and a latch's wait go on too. Once the client holds nothing (every
+    /// guard released or dropped, and the releases done), the process ends. If the
+    /// [drain grace](crate::ClientBuilder::drain_grace) (25 s by default) runs out first,
+    /// every hold left is given back whatever the code holding it does with it (a lock's
+    /// holds all together, as many as were nested; a guard's permits), and the process ends.
+    /// A zero grace gives the holds back at once.
+    ///
+    /// **A second signal** ends the drain at once: the holds are given back, and the process
+    /// ends with that signal's status. Giving back takes at most twice the response timeout
+    /// (6 s by default): a Redis that does not answer leaves the rest to the leases, and the
+    /// process ends anyway. A third signal ends it without waiting for that.
+    ///
+    /// The process ends as soon as the client holds nothing: a server that has more to
+    /// finish after its locks (the response to a request) runs its own graceful shutdown and
+    /// takes [`on_signal`](Self::on_signal) instead.
     ///
     /// Nothing is installed until the first call of this or [`on_signal`](Self::on_signal);
     /// from then on the process never ends on these signals' default action. No destructor
@@ -98,26 +115,32 @@ impl Client {
     /// #[tokio::main(flavor = "current_thread")]
     /// async fn main() -> ferrisson::Result<()> {
     ///     let client = ferrisson::Client::connect("redis://127.0.0.1:6379").await?;
-    ///     client.close_on_signal()?; // Ctrl-C from here on gives the lock back at once
-    ///     let guard = client.get_lock("nightly-import").lock().await?;
-    ///     // ... minutes of work ...
-    ///     guard.unlock().await
+    ///     // SIGTERM from here on lets the work finish (25 s at most), then ends the process;
+    ///     // Ctrl-C twice gives the lock back at once.
+    ///     client.close_on_signal()?;
+    ///     let import = client.get_lock("nightly-import");
+    ///     import.with_lock(|_token| async { /* ... the import ... */ }).await
     /// }
     /// ```
     pub fn close_on_signal(&self) -> Result<()> {
         serve(&self.inner).map(drop)
     }
 
-    /// On SIGINT (Ctrl-C) or SIGTERM, gives back every hold of this client as
-    /// [`close_on_signal`](Self::close_on_signal) does, then resolves the returned [`OnSignal`]
-    /// instead of ending the process: for a program that runs its own shutdown (a server's
-    /// graceful shutdown, a CLI that prints what it did and cleans up).
+    /// On SIGINT (Ctrl-C) or SIGTERM, drains this client and gives back what it still holds
+    /// as [`close_on_signal`](Self::close_on_signal) does, then resolves the returned
+    /// [`OnSignal`] instead of ending the process: for a program that runs its own shutdown (a
+    /// server's graceful shutdown, a CLI that prints what it did and cleans up).
     ///
-    /// When it resolves, the holds are back (or left to their leases, when Redis did not
-    /// answer within twice the response timeout), the client is closed, and every guard it
-    /// still has is [lost](crate::LockGuard::is_lost): work under a lock learns it must stop,
-    /// and its guard's drop or `unlock` sends nothing more. The process ends on the signal
-    /// only if no `OnSignal` lives at that moment, and at once on a second signal.
+    /// During the drain the client refuses new acquisitions ([`Error::Draining`]) and the
+    /// holds taken finish their work, at most for the
+    /// [drain grace](crate::ClientBuilder::drain_grace); a program that should learn of the
+    /// signal at once (to stop taking requests) sets a zero grace, or listens for the signal
+    /// itself too. When `OnSignal` resolves, the holds are back (or left to their leases,
+    /// when Redis did not answer within twice the response timeout), the client is closed,
+    /// and every guard it still has is [lost](crate::LockGuard::is_lost): work under a lock
+    /// learns it must stop, and its guard's drop or `unlock` sends nothing more. The process
+    /// ends after the drain only if no `OnSignal` lives at that moment, and on a second
+    /// signal as `close_on_signal`'s does.
     ///
     /// # Errors
     ///
@@ -147,8 +170,8 @@ impl Client {
     }
 }
 
-/// Resolves with the signal (SIGINT, SIGTERM) once the process got one and the holds of the
-/// client it came from were given back. From [`Client::on_signal`].
+/// Resolves with the signal (SIGINT, SIGTERM) once the process got one, drained, and gave back
+/// the holds of the client it came from. From [`Client::on_signal`].
 ///
 /// While one lives, a signal leaves the process running for the program's own shutdown; a
 /// second signal ends it.
@@ -164,7 +187,7 @@ pub struct OnSignal {
 }
 
 impl OnSignal {
-    /// The signal, once it came and the holds were given back; `None` before.
+    /// The signal, once it came, the drain ended and the holds were given back; `None` before.
     ///
     /// # Examples
     ///
@@ -219,6 +242,8 @@ struct Listener {
     clients: Mutex<Vec<Weak<Core>>>,
     /// The signal, once its shutdown gave the holds back.
     heard: watch::Sender<Option<Signal>>,
+    /// Set on a second signal: the process ends with its status, not the first's.
+    cut: std::sync::atomic::AtomicBool,
 }
 
 static LISTENER: Mutex<Option<Arc<Listener>>> = Mutex::new(None);
@@ -252,6 +277,7 @@ impl Listener {
         let listener = Arc::new(Listener {
             clients: Mutex::default(),
             heard: watch::channel(None).0,
+            cut: std::sync::atomic::AtomicBool::new(false),
         });
         let served = listener.clone();
         let (ready, installed) = std::sync::mpsc::channel();
@@ -283,28 +309,60 @@ impl Listener {
         Ok(listener)
     }
 
-    /// Serves the first signal; ends the process on the second.
+    /// The clients served that are still alive.
+    fn served(&self) -> Vec<Arc<Core>> {
+        self.clients().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Drains on the first signal; on the second, gives every hold back at once and ends the
+    /// process; on a third, ends it without waiting for that.
     async fn listen(self: Arc<Self>, mut signals: Signals) {
         let first = signals.next().await;
         tokio::spawn(self.clone().shut_down(first));
         let second = signals.next().await;
-        tracing::warn!(signal = %second, "a second signal: ending the process at once");
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        tracing::warn!(signal = %second, "a second signal: giving back every hold at once and ending the process");
+        let clients = self.served();
+        let given_back = futures::future::join_all(
+            (clients.iter()).map(|core| give_back_all(core, Lose::Quietly)),
+        );
+        tokio::select! {
+            _ = given_back => {}
+            third = signals.next() => {
+                tracing::warn!(signal = %third, "a third signal: ending the process without waiting");
+            }
+        }
         std::process::exit(second.exit_code());
     }
 
-    /// Gives back the holds of every client served, then ends the process, unless somebody
-    /// waits for the signal to run their own shutdown.
+    /// Drains every client served (see [`drain`](crate::drain)), gives back what is still
+    /// held then, and ends the process, unless somebody waits for the signal to run their own
+    /// shutdown.
     async fn shut_down(self: Arc<Self>, signal: Signal) {
+        let clients = self.served();
+        for core in &clients {
+            core.start_draining(signal);
+        }
+        tracing::info!(%signal, "draining: new acquisitions are refused; the holds taken finish their work within the drain grace");
+        futures::future::join_all(clients.iter().map(|core| async move {
+            let grace = core.config.drain_grace;
+            if !core.drained().await && !grace.is_zero() {
+                tracing::warn!(%signal, ?grace, "the drain grace ran out with holds still taken: giving them back");
+            }
+        }))
+        .await;
         // Decided now: a process about to end does not tell its guards their holds are lost,
         // which would only set the interrupted code racing the exit (with its own status).
         let lose = match self.heard.receiver_count() {
             0 => Lose::Quietly,
             _ => Lose::Tell,
         };
-        tracing::info!(%signal, "giving back every hold before the process ends");
-        let clients: Vec<Arc<Core>> = self.clients().iter().filter_map(Weak::upgrade).collect();
         futures::future::join_all(clients.iter().map(|core| give_back_all(core, lose))).await;
         drop(clients);
+        if self.cut.load(std::sync::atomic::Ordering::Acquire) {
+            // The second signal's give-back ends the process.
+            return;
+        }
         if lose == Lose::Tell && self.heard.receiver_count() > 0 {
             self.heard.send_replace(Some(signal));
         } else {
@@ -314,7 +372,8 @@ impl Listener {
 }
 
 /// Closes the client, gives back every hold it has now (and any granted from now on), and
-/// waits at most twice the response timeout for that and the releases of dropped guards.
+/// waits at most twice the response timeout for that and the releases of dropped guards
+/// (and of the guards' unlocks under way).
 async fn give_back_all(core: &Core, lose: Lose) {
     core.closed
         .store(true, std::sync::atomic::Ordering::Release);

@@ -9,7 +9,14 @@ pub(crate) fn check_urls(what: &str, urls: &[String]) -> Result<()> {
         return Err(Error::Config(format!("{what}: no URL given")));
     };
     for url in urls {
-        check_scheme(what, url, false)?;
+        // A mix of plain and TLS is said first: in a build without TLS, checking the
+        // rediss:// URL alone would only name the feature.
+        let both_redis = [scheme(url), scheme(first)]
+            .iter()
+            .all(|s| matches!(s, Some("redis" | "rediss")));
+        if !both_redis {
+            check_scheme(what, url, false)?;
+        }
         if scheme(url) != scheme(first) {
             return Err(Error::Config(format!(
                 "{what}: `{}` and `{}` mix plain and TLS connections",
@@ -17,6 +24,7 @@ pub(crate) fn check_urls(what: &str, urls: &[String]) -> Result<()> {
                 redacted(first)
             )));
         }
+        check_scheme(what, url, false)?;
     }
     Ok(())
 }
@@ -32,7 +40,10 @@ pub(crate) fn check_scheme(what: &str, url: &str, unix: bool) -> Result<()> {
     const SCHEMES: &str = "use redis://host:port, or rediss://host:port for TLS";
     let shown = redacted(url);
     match scheme(url) {
-        Some("redis" | "rediss") => Ok(()),
+        Some(scheme @ ("redis" | "rediss")) => {
+            check_port(what, url, &shown)?;
+            check_tls(what, scheme, &shown, cfg!(feature = "tls"))
+        }
         Some("unix" | "redis+unix") if unix => Ok(()),
         Some(other) => {
             let rest = shown.split_once("://").map_or("", |(_, rest)| rest);
@@ -62,6 +73,40 @@ pub(crate) fn check_scheme(what: &str, url: &str, unix: bool) -> Result<()> {
             "{what}: `{shown}` is not a Redis URL; {SCHEMES}"
         ))),
     }
+}
+
+/// Refuses a port that is not a number from 1 to 65535, naming it (the redis crate says only
+/// that the URL did not parse).
+fn check_port(what: &str, url: &str, shown: &str) -> Result<()> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.strip_prefix('[') {
+        // `[v6 address]` and maybe `:port`.
+        Some(v6) => v6
+            .split_once(']')
+            .and_then(|(_, after)| after.strip_prefix(':')),
+        None => host_port.rsplit_once(':').map(|(_, port)| port),
+    };
+    match port {
+        Some(port) if !port.is_empty() && !port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Err(Error::Config(format!(
+                "{what}: `{shown}` has the port `{port}`, which is not a port number (1 to 65535)"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `rediss://` in a build without TLS (`tls_built`), naming the feature to enable.
+fn check_tls(what: &str, scheme: &str, shown: &str, tls_built: bool) -> Result<()> {
+    if scheme == "rediss" && !tls_built {
+        return Err(Error::Config(format!(
+            "{what}: `{shown}` asks for TLS (rediss://), which this build of ferrisson leaves out: \
+             enable its `tls` feature, features = [\"tls\"] in the ferrisson line of Cargo.toml"
+        )));
+    }
+    Ok(())
 }
 
 /// `url` with its password left out, for error messages and logs.
@@ -97,15 +142,48 @@ mod tests {
         assert!(said("[::1]:6379").contains("use redis://[::1]:6379"));
         assert!(said("a b").ends_with("use redis://host:port, or rediss://host:port for TLS"));
         assert!(said("http://").ends_with("use redis://host:port, or rediss://host:port for TLS"));
+        for fine in ["redis://h", "unix:///tmp/r.sock", "redis+unix:///r"] {
+            assert!(check_scheme("url", fine, true).is_ok(), "{fine}");
+        }
+        let tls = check_scheme("url", "rediss://h:1/2", true);
+        assert_eq!(tls.is_ok(), cfg!(feature = "tls"), "{tls:?}");
+        assert!(check_scheme("cluster", "unix:///tmp/r.sock", false).is_err());
+    }
+
+    #[test]
+    fn a_bad_port_is_named() {
+        let said = |url: &str| match check_scheme("url", url, true) {
+            Err(Error::Config(m)) => m,
+            other => panic!("{url}: {other:?}"),
+        };
+        let m = said("redis://cache.internal:99999");
+        assert!(m.contains("the port `99999`"), "{m}");
+        assert!(m.contains("1 to 65535"), "{m}");
+        assert!(said("redis://:pw@h:0/1").contains("the port `0`"));
+        assert!(!said("redis://:pw@h:0/1").contains("pw"));
+        assert!(said("redis://h:63x9").contains("the port `63x9`"));
+        assert!(said("rediss://[::1]:70000").contains("the port `70000`"));
         for fine in [
-            "redis://h",
-            "rediss://h:1/2",
-            "unix:///tmp/r.sock",
-            "redis+unix:///r",
+            "redis://h:6379/0",
+            "redis://[::1]:6379",
+            "redis://[::1]",
+            "redis://u:p@h",
         ] {
             assert!(check_scheme("url", fine, true).is_ok(), "{fine}");
         }
-        assert!(check_scheme("cluster", "unix:///tmp/r.sock", false).is_err());
+    }
+
+    #[test]
+    fn rediss_without_tls_names_the_feature() {
+        match check_tls("url", "rediss", "rediss://h:6380", false) {
+            Err(Error::Config(m)) => {
+                assert!(m.contains("`tls` feature"), "{m}");
+                assert!(m.contains(r#"features = ["tls"]"#), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check_tls("url", "rediss", "rediss://h", true).is_ok());
+        assert!(check_tls("url", "redis", "redis://h", false).is_ok());
     }
 
     #[test]

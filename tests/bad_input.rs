@@ -234,6 +234,19 @@ async fn bad_client_settings_are_config_errors() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("watchdog_timeout"), "{err}");
+    // A port out of range is named (the redis crate says only "did not parse"), in every
+    // topology's URLs.
+    let err = ferrisson::Client::connect("redis://127.0.0.1:99999")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("the port `99999`"), "{err}");
+    let err = ferrisson::Client::builder()
+        .cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:70001"])
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the port `70001`"), "{err}");
 }
 
 #[test]
@@ -316,4 +329,15 @@ async fn every_lock_kind_refuses_bad_names_and_foreign_types() {
     ];
     expected.sort();
     assert_eq!(left, expected);
+}
+
+/// A build without the `tls` feature refuses `rediss://` saying which feature to enable.
+#[cfg(not(feature = "tls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_without_the_tls_feature_names_it() {
+    let err = ferrisson::Client::connect("rediss://127.0.0.1:6380")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains(r#"features = ["tls"]"#), "{err}");
 }

@@ -433,7 +433,7 @@ struct Holder {
 
 impl Holder {
     fn spawn(server: &RedisServer, name: &str, ms: u64) -> Holder {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
+        let mut child = std::process::Command::new(support::holder_binary())
             .args([&server.url(), name, &ms.to_string(), "blocking"])
             .stdout(std::process::Stdio::piped())
             .spawn()

@@ -77,3 +77,34 @@ async fn a_closed_client_finishes_its_releases_and_takes_no_new_lock() {
         .await
         .expect("a hold from before still gives its lock back");
 }
+
+/// `close` keeps its promise with a server that does not answer (paused with SIGSTOP): it
+/// returns within twice the response timeout, the removal of the client's identity included,
+/// leaving what was under way to the leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_with_a_silent_server_takes_at_most_twice_the_response_timeout() {
+    let server = RedisServer::start();
+    let response_timeout = Duration::from_millis(800);
+    let client = support::builder(&server)
+        .response_timeout(response_timeout)
+        .build()
+        .await
+        .unwrap();
+    let guard = client.get_lock("job").lock().await.unwrap();
+    let kept = client.get_lock("kept").lock().await.unwrap();
+    // The heartbeat and the renewals are under way when the server stops answering.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    server.pause();
+    drop(guard); // its release cannot reach the server
+    let started = Instant::now();
+    let left = client.clone().close().await;
+    let took = started.elapsed();
+    server.resume();
+    eprintln!("close took {took:?} with the server paused; left: {left:?}");
+    assert!(!left.is_empty(), "the release could not be done");
+    assert!(
+        took <= response_timeout * 2 + Duration::from_millis(250),
+        "close took {took:?}"
+    );
+    drop(kept);
+}

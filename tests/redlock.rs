@@ -444,7 +444,11 @@ async fn a_failed_release_names_the_part_and_its_server() {
     let err = guard.unlock().await.unwrap_err();
     let address = format!("127.0.0.1:{}", cluster.proxies[0].port());
     match &err {
-        Error::Multiple { errors } => match errors.as_slice() {
+        Error::ReleasedOnMajority {
+            released: 2,
+            granted: 3,
+            failures: errors,
+        } => match errors.as_slice() {
             [
                 Error::Part {
                     name,
@@ -461,9 +465,56 @@ async fn a_failed_release_names_the_part_and_its_server() {
     }
     let shown = err.to_string();
     assert!(
-        shown.starts_with(&format!("1 part(s) failed: lock `named` on {address}: ")),
+        shown.starts_with("the RedLock is released on a majority of its instances (2 of the 3"),
         "{shown}"
     );
+    assert!(
+        shown.contains(&format!("lock `named` on {address}: ")),
+        "{shown}"
+    );
+}
+
+/// One instance of three paused (it never answers): `unlock` says the lock is released on a
+/// majority, and another RedLock over the same instances takes it at once (granted by the two
+/// that answer). One of those paused too: fewer than a majority released, `Error::Multiple`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_majority_says_the_lock_is_free() {
+    let cluster = Cluster::start(3).await;
+    let clients = cluster.clients(Duration::from_secs(10)).await;
+    let others = cluster.clients(Duration::from_secs(10)).await;
+    let guard = redlock(&clients, "majority")
+        .instance_timeout(SLOW_MACHINE_TIMEOUT)
+        .lock()
+        .await
+        .unwrap();
+    cluster.servers[2].pause();
+    let started = Instant::now();
+    let err = guard.unlock().await.unwrap_err();
+    let took = started.elapsed();
+    eprintln!("unlock with 1 of 3 paused took {took:?}: {err}");
+    match &err {
+        Error::ReleasedOnMajority {
+            released: 2,
+            granted: 3,
+            failures,
+        } => assert_eq!(failures.len(), 1, "{failures:?}"),
+        other => panic!("{other:?}"),
+    }
+    let again = redlock(&others, "majority")
+        .instance_timeout(SLOW_MACHINE_TIMEOUT)
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free on a majority: another RedLock takes it");
+    cluster.servers[1].pause();
+    let err = again.unlock().await.unwrap_err();
+    cluster.servers[1].resume();
+    cluster.servers[2].resume();
+    match &err {
+        // Granted by the two that answered; one of them now silent.
+        Error::Multiple { errors } => assert_eq!(errors.len(), 1, "{errors:?}"),
+        other => panic!("two of three paused: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! A process holding a lock (with the default 30 s watchdog lease) that is stopped with SIGINT
-//! or SIGTERM gives the lock back on its way out when it called `close_on_signal`: another
-//! process takes it within a second, and the holder ends with status 130 or 143. The same for
-//! the blocking client, whose holding thread only sleeps. With `on_signal` the holds go back and
+//! or SIGTERM gives the lock back on its way out when it called `close_on_signal`: with a zero
+//! drain grace (the drain itself is tests/drain.rs'), another process takes it within a
+//! second, and the holder ends with status 130 or 143. The same for the blocking client, whose
+//! holding thread only sleeps. With `on_signal` the holds go back and
 //! the process goes on, until a second signal. Without either, the lock waits for its lease.
 
 mod support;
@@ -25,8 +26,10 @@ struct Holder {
 
 impl Holder {
     async fn locked(server: &RedisServer, name: &str, kind: &str) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
+        let mut child = Command::new(support::holder_binary())
             .args([&server.url(), name, &LEASE_MS.to_string(), kind])
+            // No drain (tests/drain.rs has it): the holds go back at the signal.
+            .env("FERRISSON_TEST_DRAIN_MS", "0")
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -207,7 +210,11 @@ async fn a_silent_redis_does_not_keep_the_process_alive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_hold_goes_back_and_its_guards_learn_it() {
     let server = RedisServer::start();
-    let client = client(&server).await;
+    let client = support::builder(&server)
+        .drain_grace(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
     let stop = client.on_signal().unwrap();
     let outer = client.get_lock("plain").lock().await.unwrap();
     let nested = outer.reenter().await.unwrap();

@@ -380,7 +380,10 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    fn with(self, set: impl FnOnce(crate::ClientBuilder) -> crate::ClientBuilder) -> Self {
+    pub(super) fn with(
+        self,
+        set: impl FnOnce(crate::ClientBuilder) -> crate::ClientBuilder,
+    ) -> Self {
         ClientBuilder {
             builder: set(self.builder),
         }

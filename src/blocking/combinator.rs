@@ -574,15 +574,21 @@ impl RedLockGuard {
     /// # Errors
     ///
     /// [`Error::InsideRuntime`] in async code (the guard is dropped then, which
-    /// releases in the background); [`Error::Multiple`] with one [`Error::Part`] per instance
-    /// that could not be released, naming its lock and server.
+    /// releases in the background); [`Error::ReleasedOnMajority`] when a majority released
+    /// (the lock is free: go on) but some instances did not; [`Error::Multiple`] when fewer
+    /// than a majority released (the lock may stay taken until their leases run out). Each
+    /// with one [`Error::Part`] per instance that could not be released, naming its lock and
+    /// server. See [`ferrisson::RedLockGuard::unlock`](crate::RedLockGuard::unlock).
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # fn demo(redlock: ferrisson::blocking::RedLock) -> ferrisson::Result<()> {
     /// let guard = redlock.lock()?;
-    /// guard.unlock().ok();
+    /// match guard.unlock() {
+    ///     Ok(()) | Err(ferrisson::Error::ReleasedOnMajority { .. }) => {} // free for others
+    ///     Err(e) => eprintln!("may stay taken until its leases run out: {e}"),
+    /// }
     /// # Ok(()) }
     /// ```
     pub fn unlock(self) -> Result<()> {

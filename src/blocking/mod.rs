@@ -56,7 +56,8 @@
 //! release could not). The drop of a client's last handle waits up to 1 s for such releases, so
 //! a `main` that returns with a guard alive still gives the lock back; a process that ends with
 //! `std::process::exit` calls [`Client::close`] first. For Ctrl-C and SIGTERM, which end a
-//! process without dropping anything, [`Client::close_on_signal`] gives every hold back first.
+//! process without dropping anything, [`Client::close_on_signal`] lets the work under way finish
+//! (a drain) and gives every hold still taken back first.
 //!
 //! # Where it may be called: threads that may block
 //!

@@ -4,19 +4,46 @@
 
 use std::time::Duration;
 
-use super::{Blocker, Client};
+use super::{Blocker, Client, ClientBuilder};
 use crate::error::Result;
 use crate::signal::Signal;
 
+impl ClientBuilder {
+    /// How long the process's first SIGTERM or SIGINT lets this client's holds finish their
+    /// work before they are given back; zero gives them back at once.
+    ///
+    /// Default is 25 s; at most a day. See
+    /// [`ferrisson::ClientBuilder::drain_grace`](crate::ClientBuilder::drain_grace).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> ferrisson::Result<()> {
+    /// let client = ferrisson::blocking::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .drain_grace(std::time::Duration::from_secs(7)) // `docker stop` kills after 10 s
+    ///     .build()?;
+    /// client.close_on_signal()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn drain_grace(self, grace: Duration) -> Self {
+        self.with(|b| b.drain_grace(grace))
+    }
+}
+
 impl Client {
-    /// On SIGINT (Ctrl-C) or SIGTERM, gives back every hold of this client, then ends the
-    /// process with exit status 130 or 143. The one step a CLI or batch job needs so that the
-    /// next run does not wait out the lease of the lock it held when it was stopped; the
-    /// threads holding guards need not do anything (a thread asleep in `std::thread::sleep`
-    /// with a guard is fine). See
+    /// On SIGINT (Ctrl-C) or SIGTERM, drains this client, gives back what it still holds,
+    /// then ends the process with exit status 130 or 143. During the drain new acquisitions
+    /// fail with [`Error::Draining`](crate::Error::Draining) while the work under way (a
+    /// [`with_lock`](crate::blocking::RLock::with_lock) closure, a thread with a guard) keeps
+    /// its leases until it gives them back, or until the
+    /// [drain grace](ClientBuilder::drain_grace) runs out (25 s by default); a second signal
+    /// gives everything back at once. The threads holding guards need not do anything (a
+    /// thread asleep in `std::thread::sleep` with a guard is fine: its hold is given back when
+    /// the grace runs out). See
     /// [`ferrisson::Client::close_on_signal`](crate::Client::close_on_signal) for what is given
-    /// back, how long it may take (at most twice the response timeout) and what it changes in
-    /// the process.
+    /// back, how long it may take (at most twice the response timeout after the drain) and
+    /// what it changes in the process.
     ///
     /// Does not block: it may be called anywhere, in async code too.
     ///
@@ -30,10 +57,10 @@ impl Client {
     /// ```no_run
     /// fn main() -> ferrisson::Result<()> {
     ///     let client = ferrisson::blocking::Client::connect("redis://127.0.0.1:6379")?;
-    ///     client.close_on_signal()?; // Ctrl-C from here on gives the lock back at once
-    ///     let guard = client.get_lock("nightly-export").lock()?;
-    ///     std::thread::sleep(std::time::Duration::from_secs(60)); // the export
-    ///     guard.unlock()
+    ///     client.close_on_signal()?; // SIGTERM from here on lets the export finish (25 s at most)
+    ///     client.get_lock("nightly-export").with_lock(|_token| {
+    ///         std::thread::sleep(std::time::Duration::from_secs(20)); // the export
+    ///     })
     /// }
     /// ```
     pub fn close_on_signal(&self) -> Result<()> {
@@ -41,8 +68,8 @@ impl Client {
     }
 
     /// As [`close_on_signal`](Self::close_on_signal), but the process goes on: the returned
-    /// [`OnSignal`] tells when the signal came and the holds were given back, for a program
-    /// that runs its own shutdown. See
+    /// [`OnSignal`] tells when the signal came, the drain ended and the holds were given back,
+    /// for a program that runs its own shutdown. See
     /// [`ferrisson::Client::on_signal`](crate::Client::on_signal).
     ///
     /// # Errors
@@ -73,8 +100,8 @@ impl Client {
     }
 }
 
-/// Tells when the process got SIGINT or SIGTERM and the holds of the client it came from were
-/// given back. From [`Client::on_signal`]; the blocking twin of
+/// Tells when the process got SIGINT or SIGTERM, drained, and gave back the holds of the client
+/// it came from. From [`Client::on_signal`]; the blocking twin of
 /// [`ferrisson::OnSignal`](crate::OnSignal).
 ///
 /// While one lives, a signal leaves the process running for the program's own shutdown; a
@@ -87,12 +114,13 @@ pub struct OnSignal {
 }
 
 impl OnSignal {
-    /// The signal, once it came and the holds were given back; `None` before. Does not block.
+    /// The signal, once it came, the drain ended and the holds were given back; `None` before.
+    /// Does not block.
     pub fn received(&self) -> Option<Signal> {
         self.signal.received()
     }
 
-    /// Blocks until the signal came and the holds were given back.
+    /// Blocks until the signal came, the drain ended and the holds were given back.
     ///
     /// # Errors
     ///

@@ -207,6 +207,10 @@ impl MultiLock {
         at: &'static Location<'static>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
+        // A client that drains (or is closed) refuses the acquisition whole, before any part.
+        self.locks
+            .iter()
+            .try_for_each(|lock| lock.core().accepting())?;
         let lease_ms = lease.map(lease_ms).transpose()?;
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         loop {

@@ -415,10 +415,17 @@ impl RedLockGuard {
 
     /// Releases every instance at once and reports every failure.
     ///
+    /// Waits for every instance's answer: an instance that is down or unreachable costs up to
+    /// its client's round trip (response and connection timeouts), not the instance timeout.
+    ///
     /// # Errors
     ///
-    /// [`Error::Multiple`] with one [`Error::Part`] per instance that could not be released,
-    /// naming its lock and server (for example one that is down: its lease frees it).
+    /// [`Error::ReleasedOnMajority`] when a majority of the instances released but some did
+    /// not (one that is down, say): the lock is free for others, and the caller may go on as
+    /// after `Ok`; each failed part frees itself when its lease runs out.
+    /// [`Error::Multiple`] when fewer than a majority released: the lock may stay taken until
+    /// the failed parts' leases run out. Both carry one [`Error::Part`] per instance that could
+    /// not be released, naming its lock and server.
     ///
     /// # Cancel safety
     ///
@@ -428,11 +435,28 @@ impl RedLockGuard {
     ///
     /// ```no_run
     /// # async fn demo(redlock: ferrisson::RedLock) -> ferrisson::Result<()> {
+    /// use ferrisson::Error;
+    ///
     /// let guard = redlock.lock().await?;
-    /// guard.unlock().await.ok();
+    /// match guard.unlock().await {
+    ///     Ok(()) => {}
+    ///     // Free for others; an instance that is down lets its part go with its lease.
+    ///     Err(Error::ReleasedOnMajority { failures, .. }) => eprintln!("{} down", failures.len()),
+    ///     Err(e) => eprintln!("may stay taken until its leases run out: {e}"),
+    /// }
     /// # Ok(()) }
     /// ```
     pub async fn unlock(self) -> Result<()> {
-        release_all(self.parts).await
+        let (granted, quorum) = (self.parts.len(), self.quorum);
+        match release_all(self.parts).await {
+            Err(Error::Multiple { errors }) if granted - errors.len() >= quorum => {
+                Err(Error::ReleasedOnMajority {
+                    released: granted - errors.len(),
+                    granted,
+                    failures: errors,
+                })
+            }
+            other => other,
+        }
     }
 }

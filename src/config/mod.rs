@@ -42,6 +42,8 @@ pub(crate) struct Config {
     /// The client's identity (see `identity`): `None` when turned off, else the application
     /// name set (`Some(None)`: the executable's file name).
     pub(crate) identity: Option<Option<String>>,
+    /// How long a signal's drain waits for the holds to finish (see `drain`).
+    pub(crate) drain_grace: Duration,
 }
 
 /// Which servers a client talks to.
@@ -161,6 +163,8 @@ pub struct ClientBuilder {
     /// Set in `identity.rs`.
     pub(crate) identity: bool,
     pub(crate) app_name: Option<String>,
+    /// Set in `drain.rs`.
+    pub(crate) drain_grace: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -187,6 +191,7 @@ impl Default for ClientBuilder {
             metrics_lock_names: false,
             identity: true,
             app_name: None,
+            drain_grace: crate::drain::DEFAULT_GRACE,
         }
     }
 }
@@ -524,6 +529,7 @@ impl ClientBuilder {
                 Duration::from_millis(1),
                 day,
             ),
+            ("drain_grace", self.drain_grace, Duration::ZERO, day),
         ] {
             if d < min || d > max {
                 return Err(Error::Config(format!(
@@ -589,6 +595,7 @@ impl ClientBuilder {
             #[cfg(feature = "metrics")]
             metrics_lock_names: self.metrics_lock_names,
             identity: self.identity.then_some(self.app_name),
+            drain_grace: self.drain_grace,
         })
     }
 }

@@ -153,3 +153,15 @@ fn self_waits_warn_after_3_s_by_default_and_a_zero_threshold_is_refused() {
         ));
     }
 }
+
+#[test]
+fn drain_grace_defaults_below_kubernetes_and_may_be_zero() {
+    let c = builder().check().unwrap();
+    assert_eq!(c.drain_grace, Duration::from_secs(25));
+    let zero = builder().drain_grace(Duration::ZERO).check().unwrap();
+    assert_eq!(zero.drain_grace, Duration::ZERO);
+    assert!(matches!(
+        builder().drain_grace(Duration::MAX).check(),
+        Err(Error::Config(m)) if m.contains("drain_grace")
+    ));
+}

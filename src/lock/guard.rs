@@ -94,6 +94,13 @@ impl LockGuard {
     /// ```
     pub async fn unlock(mut self) -> Result<()> {
         self.armed = false;
+        // Counted as under way before the hold leaves the live list: a signal's drain ends
+        // the process only once the release is done.
+        let _under_way = self
+            .holder
+            .inner()
+            .pending
+            .begin(format!("the release of `{}`", self.holder.name()), false);
         self.holder.guard_gone(&self.lease, self.renewed);
         let mut release = PendingRelease {
             holder: self.holder.clone(),

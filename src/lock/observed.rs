@@ -49,10 +49,14 @@ impl Handle {
         wait: Option<Duration>,
         at: &'static Location<'static>,
     ) -> Result<Option<LockGuard>> {
-        self.core.accepting()?;
+        let nested = hold.or_else(|| self.nesting());
+        match nested {
+            // One more hold of work already under way: a drain lets it finish.
+            Some(_) => self.core.open()?,
+            None => self.core.accepting()?,
+        }
         let observed = Acquire::start(&self.core.observe, self.ops.label(), self.name(), wait);
         let acquire = async {
-            let nested = hold.or_else(|| self.nesting());
             // Whether the hold still stands is asked under its holds' lock, by the attempt.
             let owner = match &nested {
                 Some(hold) => hold.owner.clone(),

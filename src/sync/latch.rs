@@ -299,7 +299,8 @@ impl RCountDownLatch {
 
     async fn wait(&self, wait: Option<Duration>) -> Result<bool> {
         let inner = &self.core;
-        inner.accepting()?;
+        // A drain lets a wait go on: it takes nothing to give back.
+        inner.open()?;
         let observed = Acquire::start(&inner.observe, "latch", self.name(), wait);
         let opened = || observed.attempt(async { Ok(self.get_count().await? == 0) });
         let waited = super::wait_until(inner, &self.channel, Wake::All, wait, opened);

@@ -367,6 +367,13 @@ impl PermitGuard {
     /// ```
     pub async fn release(mut self) -> Result<()> {
         self.armed = false;
+        // Counted as under way before the permits leave the live list: a signal's drain ends
+        // the process only once the release is done.
+        let core = &self.permits.shared.core;
+        let _under_way = (core.pending).begin(
+            format!("the release of permits of `{}`", self.permits.shared.name),
+            false,
+        );
         self.permits.stop_renewal();
         self.permits.unlist();
         self.permits.held.end();

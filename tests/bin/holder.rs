@@ -23,6 +23,12 @@
 //! prints `LOCKED <token>` and `AT <line of the lock()> <line of the second lock()>`, then
 //! calls `lock()` again in the same task, the Java way: it waits for itself (warned of after
 //! 200 ms), until killed.
+//! `drain` (and `blocking-drain`) calls
+//! `close_on_signal`, takes `<lock-name>-after`, then runs 2 s of work in `with_lock` on the lock:
+//! it prints `LOCKED <token>`, at 1 s tries a new lock (`NEW <outcome>`), and at its end `DONE`;
+//! then `RESULT <outcome>` of `with_lock`, and gives `-after` back last (so the end of the
+//! drain, which ends the process, comes after what it printed). `FERRISSON_TEST_DRAIN_MS` sets
+//! the client's drain grace (the signal kinds' tests of an immediate give-back set 0).
 
 use std::time::Duration;
 
@@ -53,6 +59,10 @@ async fn main() {
         let builder = match url.strip_prefix("cluster=") {
             Some(seeds) => ferrisson::Client::builder().cluster(seeds.split('+')),
             None => ferrisson::Client::builder().url(url),
+        };
+        let builder = match drain_grace() {
+            Some(grace) => builder.drain_grace(grace),
+            None => builder,
         };
         let client = builder
             .watchdog_timeout(Duration::from_millis(ms))
@@ -116,6 +126,31 @@ async fn main() {
             println!("LOCKED {}", guard.fencing_token());
             let signal = stop.await;
             println!("SIGNALLED {signal} {}", lost_or_held(guard.is_lost()));
+            std::future::pending::<()>().await;
+        }
+        "drain" => {
+            client
+                .close_on_signal()
+                .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
+            let after = client.get_lock(&format!("{name}-after"));
+            let after = after
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &e.to_string()));
+            let work = |token| async move {
+                println!("LOCKED {token}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let new = client.get_lock(&format!("{name}-new")).try_lock().await;
+                println!("NEW {}", outcome(&new.map(drop)));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                println!("DONE");
+            };
+            let result = client.get_lock(name).with_lock(work).await;
+            println!("RESULT {}", outcome(&result));
+            after
+                .unlock()
+                .await
+                .unwrap_or_else(|e| fail(1, &e.to_string()));
             std::future::pending::<()>().await;
         }
         "close-then-exit" => {
@@ -216,11 +251,18 @@ async fn main() {
 /// leaving its lease to the client's thread; `-signal` calls `close_on_signal` first,
 /// `-on-signal` calls `on_signal` and checks it between naps.
 fn hold_blocking(url: &str, name: &str, ms: u64, signal: &str) -> ! {
-    let client = ferrisson::blocking::Client::builder()
-        .url(url)
+    let builder = ferrisson::blocking::Client::builder().url(url);
+    let builder = match drain_grace() {
+        Some(grace) => builder.drain_grace(grace),
+        None => builder,
+    };
+    let client = builder
         .watchdog_timeout(Duration::from_millis(ms))
         .build()
         .unwrap_or_else(|e| fail(1, &format!("cannot connect: {e}")));
+    if signal == "-drain" {
+        drain_blocking(&client, name);
+    }
     let stop = match signal {
         "" => None,
         "-signal" => {
@@ -257,6 +299,47 @@ fn hold_blocking(url: &str, name: &str, ms: u64, signal: &str) -> ! {
             fail(3, "lease lost");
         }
     }
+}
+
+/// `blocking-drain`: `drain` on a plain thread.
+fn drain_blocking(client: &ferrisson::blocking::Client, name: &str) -> ! {
+    client
+        .close_on_signal()
+        .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
+    let after = client.get_lock(&format!("{name}-after"));
+    let after = after.lock().unwrap_or_else(|e| fail(1, &e.to_string()));
+    let result = client.get_lock(name).with_lock(|token| {
+        println!("LOCKED {token}");
+        std::thread::sleep(Duration::from_secs(1));
+        let new = client.get_lock(&format!("{name}-new")).try_lock();
+        println!("NEW {}", outcome(&new.map(drop)));
+        std::thread::sleep(Duration::from_secs(1));
+        println!("DONE");
+    });
+    println!("RESULT {}", outcome(&result));
+    after.unlock().unwrap_or_else(|e| fail(1, &e.to_string()));
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// `ok`, or the error's variant as `Debug` shows it.
+fn outcome(result: &ferrisson::Result<()>) -> String {
+    match result {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+/// The drain grace `FERRISSON_TEST_DRAIN_MS` asks for, if any.
+fn drain_grace() -> Option<Duration> {
+    let ms = std::env::var("FERRISSON_TEST_DRAIN_MS").ok()?;
+    Some(Duration::from_millis(ms.parse().unwrap_or_else(|_| {
+        fail(
+            2,
+            "FERRISSON_TEST_DRAIN_MS must be a number of milliseconds",
+        )
+    })))
 }
 
 fn lost_or_held(lost: bool) -> &'static str {

@@ -147,6 +147,17 @@ pub async fn join_within<T>(
     outputs
 }
 
+/// The `ferrisson-test-holder` executable, built with the `test-holder` feature (which
+/// `cargo test --all-features` turns on); a test that needs it without fails saying so.
+pub fn holder_binary() -> &'static str {
+    option_env!("CARGO_BIN_EXE_ferrisson-test-holder").unwrap_or_else(|| {
+        panic!(
+            "this test starts ferrisson-test-holder processes, built with the test-holder \
+             feature only: run it with --all-features (or --features test-holder)"
+        )
+    })
+}
+
 /// A `ferrisson-test-holder` process: it takes the lock `name` of `kind` (lock, read, write,
 /// fair) with `ms` as its watchdog and fair queue timeout. Killed on drop.
 pub struct HolderProcess {
@@ -162,7 +173,7 @@ impl HolderProcess {
     /// As [`spawn`](Self::spawn), with the URL given (comma-separated for `redlock`).
     pub fn spawn_url(url: &str, name: &str, ms: u64, kind: &str) -> Self {
         use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrisson-test-holder"))
+        let mut child = tokio::process::Command::new(holder_binary())
             .args([url, name, &ms.to_string(), kind])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
