@@ -19,6 +19,9 @@ pub(crate) struct Config {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) recheck_interval: Duration,
+    /// How long a call without a wait budget of its own waits for a connection that is being
+    /// reopened (see `Connection::open`).
+    pub(crate) reconnect_wait: Duration,
     /// Both fair-lock queue settings (the field keeps the name of the first, which it held
     /// alone before): a fair lock takes them whole.
     pub(crate) fair_queue: FairQueue,
@@ -140,6 +143,7 @@ pub struct ClientBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     recheck_interval: Duration,
+    reconnect_wait: Duration,
     fair_queue_timeout: Duration,
     fair_thread_wait: Duration,
     starvation_threshold: Option<Duration>,
@@ -166,6 +170,7 @@ impl Default for ClientBuilder {
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
             recheck_interval: Duration::from_secs(5),
+            reconnect_wait: Duration::from_secs(5),
             fair_queue_timeout: Duration::from_secs(5),
             fair_thread_wait: Duration::from_secs(300),
             starvation_threshold: Some(Duration::from_millis(50)),
@@ -318,6 +323,34 @@ impl ClientBuilder {
     /// Default is 5 s.
     pub fn recheck_interval(mut self, interval: Duration) -> Self {
         self.recheck_interval = interval;
+        self
+    }
+
+    /// How long a call waits for its connection to come back when it finds the connection
+    /// lost and being reopened (a Redis restart, a failover, a cut connection): it waits for
+    /// the next attempt to reconnect (attempts back off from 100 ms to about a second) and
+    /// retries until a connection opens or this time has passed, then fails with the last
+    /// error. A call that arrives while no attempt is due tries at once. Calls with a wait
+    /// budget of their own (`try_lock_for`, `try_acquire_for`, `await_for`) wait within that
+    /// budget instead; this is for those without one (`lock()`, releases, queries). Redisson's
+    /// `retryAttempts × retryInterval` (3 × 1.5 s) plays this part there.
+    ///
+    /// Zero fails such a call at once, as every call did before this setting. Default is 5 s.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ferrisson::Result<()> {
+    /// use std::time::Duration;
+    /// let client = ferrisson::Client::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .reconnect_wait(Duration::from_secs(10))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reconnect_wait(mut self, wait: Duration) -> Self {
+        self.reconnect_wait = wait;
         self
     }
 
@@ -513,6 +546,7 @@ impl ClientBuilder {
                 Duration::from_millis(1),
                 day,
             ),
+            ("reconnect_wait", self.reconnect_wait, Duration::ZERO, day),
         ] {
             if d < min || d > max {
                 return Err(Error::Config(format!(
@@ -558,6 +592,7 @@ impl ClientBuilder {
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,
             recheck_interval: self.recheck_interval,
+            reconnect_wait: self.reconnect_wait,
             fair_queue: FairQueue {
                 timeout: self.fair_queue_timeout,
                 thread_wait: self.fair_thread_wait,
