@@ -383,23 +383,29 @@ impl Client {
         };
         // Opened here, on the caller's runtime: commands from that runtime then reach the
         // connection without a thread hop (see `connection`).
-        let connection = Arc::new(Connection::new(
-            target.clone(),
-            config.connection_timeout,
-            config.response_timeout,
-            peer.clone(),
-        ));
+        let connection = Arc::new(
+            Connection::new(
+                target.clone(),
+                config.connection_timeout,
+                config.response_timeout,
+                peer.clone(),
+            )
+            .reconnect_wait(config.reconnect_wait),
+        );
         capped(config.connection_timeout, connection.open())
             .await
             .map_err(unreachable("the connection's set-up (SELECT)"))?;
         let mut executor = Executor::new(connection.clone(), config.round_trip_cap());
         if let Some((acks, timeout)) = config.sync_replicas {
-            let synced = Arc::new(Connection::synced(
-                target.clone(),
-                config.connection_timeout,
-                config.response_timeout + timeout,
-                peer.clone(),
-            ));
+            let synced = Arc::new(
+                Connection::synced(
+                    target.clone(),
+                    config.connection_timeout,
+                    config.response_timeout + timeout,
+                    peer.clone(),
+                )
+                .reconnect_wait(config.reconnect_wait),
+            );
             // Opened now, like the command connection: a failure shows at build().
             capped(config.connection_timeout, synced.open())
                 .await

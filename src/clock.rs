@@ -84,6 +84,21 @@ pub(crate) fn timed_out(err: RedisError) -> RedisError {
     }
 }
 
+/// What a wait whose budget ran out before Redis answered any of its attempts answers: a
+/// timeout (or the paused clock that made it run out).
+pub(crate) fn no_answer_in_time() -> crate::Error {
+    if paused() {
+        return crate::Error::PausedClock;
+    }
+    crate::Error::Redis(
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer from redis within the wait budget",
+        )
+        .into(),
+    )
+}
+
 /// What a wait whose budget ran out answers: `Ok(None)` (not had in time), unless the budget
 /// ran out because the clock is paused.
 pub(crate) fn out_of_time<T>() -> crate::Result<Option<T>> {

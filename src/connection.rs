@@ -32,7 +32,7 @@ use redis::{
     Value,
 };
 
-use crate::deadline::capped;
+use crate::deadline::{call_deadline, capped};
 use crate::outage::{Outage, Peer};
 use crate::topology::Target;
 use tokio::runtime::Handle;
@@ -99,6 +99,11 @@ pub(crate) struct Connection {
     config: AsyncConnectionConfig,
     /// The longest redis-rs waits for a reply on an open connection to one server.
     response_timeout: Duration,
+    /// How long a call without a budget of its own waits for a connection being reopened.
+    reconnect_wait: Duration,
+    /// The longest one turn at opening may take: the connection timeout, and a moment for
+    /// the turn before it.
+    open_cap: Duration,
     state: Mutex<State>,
     /// One opening at a time: callers that find the connection broken together share one.
     opening: tokio::sync::Mutex<()>,
@@ -202,6 +207,8 @@ impl Connection {
             target,
             config,
             response_timeout,
+            reconnect_wait: Duration::ZERO,
+            open_cap: connection_timeout + response_timeout,
             state: Mutex::new(State::default()),
             opening: tokio::sync::Mutex::new(()),
             opening_own: tokio::sync::Mutex::new(()),
@@ -222,6 +229,13 @@ impl Connection {
         let mut connection = Self::new(target, connection_timeout, response_timeout, peer.clone());
         connection.outage = Outage::new("synced command", peer);
         connection
+    }
+
+    /// Makes calls that find the connection being reopened wait for it up to `wait` (those
+    /// without a budget of their own; see [`open`](Self::open)).
+    pub(crate) fn reconnect_wait(mut self, wait: Duration) -> Self {
+        self.reconnect_wait = wait;
+        self
     }
 
     /// Homes the connection of the client's own background work on `thread` (the client's
@@ -261,9 +275,11 @@ impl Connection {
             // otherwise make every command's future (and those of its callers) that much larger;
             // as `dyn`, deeper too (see `with`).
             _ => {
-                let send = self.with(|mut conn| async move { cmd.query_async(&mut conn).await });
-                let capped: BoxFuture<'_, RedisResult<Value>> = Box::pin(capped(cap, send));
-                capped.await
+                let send = self.with(Some(cap), |mut conn| async move {
+                    cmd.query_async(&mut conn).await
+                });
+                let send: BoxFuture<'_, RedisResult<Value>> = Box::pin(send);
+                send.await
             }
         }
     }
@@ -273,8 +289,11 @@ impl Connection {
         if crate::clock::paused() {
             return Err(crate::clock::error());
         }
-        self.with(|mut conn| async move { pipe.query_async(&mut conn).await })
-            .await
+        self.with(
+            None,
+            |mut conn| async move { pipe.query_async(&mut conn).await },
+        )
+        .await
     }
 
     /// Sends one command to the master that serves `slot` (one server: to it): for the
@@ -290,7 +309,7 @@ impl Connection {
         if crate::clock::paused() {
             return Err(crate::clock::error());
         }
-        let send = self.with(|conn| async move {
+        let send = self.with(Some(cap), |conn| async move {
             match conn {
                 Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
                 Conn::Cluster(mut conn) => {
@@ -301,11 +320,14 @@ impl Connection {
                 }
             }
         });
-        let capped: BoxFuture<'_, RedisResult<Value>> = Box::pin(capped(cap, send));
-        capped.await
+        let send: BoxFuture<'_, RedisResult<Value>> = Box::pin(send);
+        send.await
     }
 
-    async fn with<T, F, Fut>(&self, send: F) -> RedisResult<T>
+    /// Runs `send` on the connection in use, opening one first when there is none; `cap`
+    /// bounds the request, not the opening (which waits for a reconnect as
+    /// [`open`](Self::open) says).
+    async fn with<T, F, Fut>(&self, cap: Option<Duration>, send: F) -> RedisResult<T>
     where
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -322,7 +344,10 @@ impl Connection {
             }
             None => self.open().await?,
         };
-        let result = send(conn).await;
+        let result = match cap {
+            Some(cap) => capped(cap, send(conn)).await,
+            None => send(conn).await,
+        };
         self.check(&result, id);
         result
     }
@@ -460,9 +485,40 @@ impl Connection {
     }
 
     /// Opens a connection: on the home while it runs, else on the caller's runtime, which
-    /// becomes the home. Bounded by the connection timeout, unless the home is a runtime that
-    /// nobody drives (the caller's own timeout ends the wait then).
+    /// becomes the home. Each attempt is bounded by the connection timeout, unless the home is
+    /// a runtime that nobody drives (the caller's own timeout ends the wait then).
+    ///
+    /// Reopening a connection that was open before, the call rides through the outage: it
+    /// waits for the next attempt the backoff allows (at once when none is due), and after a
+    /// failed attempt for the one after it, until a connection opens or the call's deadline
+    /// would pass: its wait budget's ([`call_deadline`]), else the reconnect wait from now.
+    /// Then it fails with the last error. The outage's logging and backoff are the same
+    /// whether or not callers wait.
     pub(crate) async fn open(&self) -> RedisResult<(Conn, u64)> {
+        let until =
+            call_deadline().unwrap_or_else(|| tokio::time::Instant::now() + self.reconnect_wait);
+        loop {
+            // An opening on a home runtime that nobody drives would never end: bounded.
+            let turn = capped(self.open_cap, async { Ok(self.open_once().await) });
+            let (error, retry_in) = match turn.await {
+                Ok(Ok(open)) => return Ok(open),
+                Ok(Err(failed)) => failed,
+                Err(timed_out) => (timed_out, None),
+            };
+            let Some(after) = retry_in else {
+                return Err(error);
+            };
+            let at = tokio::time::Instant::now() + after;
+            if at > until || crate::clock::paused() {
+                return Err(error);
+            }
+            tokio::time::sleep_until(at).await;
+        }
+    }
+
+    /// One turn at opening the connection: the connection, or the error with, when reopening,
+    /// how soon the next attempt may go.
+    async fn open_once(&self) -> Result<(Conn, u64), (RedisError, Option<Duration>)> {
         let _turn = self.opening.lock().await;
         if let Some(open) = self.current() {
             return Ok(open); // opened by the caller that had the turn before
@@ -478,12 +534,15 @@ impl Connection {
             (home, state.home.is_some())
         };
         if reopening && let Some(left) = self.outage.wait() {
-            return Err(self.outage.not_yet(left));
+            return Err((self.outage.not_yet(left), Some(left)));
         }
         let (conn, new_home) = loop {
             let (runtime, moving) = match home.take() {
                 Some(runtime) => (runtime, false),
-                None => (Handle::try_current().map_err(no_runtime)?, true),
+                None => (
+                    Handle::try_current().map_err(|e| (no_runtime(e), None))?,
+                    true,
+                ),
             };
             // A task of its own even on the caller's runtime: the driver is spawned by the task
             // that connects, on that task's runtime, and a panic there (a runtime without I/O)
@@ -502,17 +561,18 @@ impl Connection {
                 Ok(Err(e)) => {
                     let e = crate::clock::timed_out(e);
                     if reopening && !crate::clock::is_paused(&e) {
-                        self.outage.failed(&e);
+                        let pause = self.outage.failed(&e);
+                        return Err((e, Some(pause)));
                     }
-                    return Err(e);
+                    return Err((e, None));
                 }
                 // The home shut down meanwhile: open the connection here instead.
                 Err(e) if e.is_cancelled() && !moving => continue,
                 Err(e) => {
-                    return Err(std::io::Error::other(format!(
+                    let e = std::io::Error::other(format!(
                         "the task opening the connection failed: {e}"
-                    ))
-                    .into());
+                    ));
+                    return Err((e.into(), None));
                 }
             }
         };

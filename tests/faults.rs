@@ -121,7 +121,13 @@ async fn work_goes_on_across_a_restart_mid_use() {
 async fn a_dead_server_is_an_error_within_the_timeouts_never_a_hang() {
     let mut server = RedisServer::start();
     let url = server.url();
-    let client = client(&server).await;
+    // A call without a wait budget waits up to the reconnect wait for the server to come back
+    // (tests/reconnect_ride.rs): 1 s here, within the bounds below.
+    let client = builder(&server)
+        .reconnect_wait(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     let lock = client.get_lock("dead");
     let held = client.get_lock("dead-held").lock().await.unwrap();
     server.kill();

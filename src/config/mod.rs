@@ -7,6 +7,7 @@ use crate::lease::MAX_LEASE;
 use crate::urls::{check_scheme, check_urls};
 
 mod fairness;
+mod reconnect;
 mod self_wait;
 
 pub(crate) use self_wait::SelfWait;
@@ -22,6 +23,9 @@ pub(crate) struct Config {
     pub(crate) connection_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) recheck_interval: Duration,
+    /// How long a call without a wait budget of its own waits for a connection that is being
+    /// reopened (see `Connection::open`).
+    pub(crate) reconnect_wait: Duration,
     /// Both fair-lock queue settings (the field keeps the name of the first, which it held
     /// alone before): a fair lock takes them whole.
     pub(crate) fair_queue: FairQueue,
@@ -147,6 +151,7 @@ pub struct ClientBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     recheck_interval: Duration,
+    reconnect_wait: Duration,
     fair_queue_timeout: Duration,
     fair_thread_wait: Duration,
     starvation_threshold: Option<Duration>,
@@ -178,6 +183,7 @@ impl Default for ClientBuilder {
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
             recheck_interval: Duration::from_secs(5),
+            reconnect_wait: Duration::from_secs(5),
             fair_queue_timeout: Duration::from_secs(5),
             fair_thread_wait: Duration::from_secs(300),
             starvation_threshold: Some(Duration::from_millis(50)),
@@ -530,6 +536,7 @@ impl ClientBuilder {
                 day,
             ),
             ("drain_grace", self.drain_grace, Duration::ZERO, day),
+            ("reconnect_wait", self.reconnect_wait, Duration::ZERO, day),
         ] {
             if d < min || d > max {
                 return Err(Error::Config(format!(
@@ -575,6 +582,7 @@ impl ClientBuilder {
             connection_timeout: self.connection_timeout,
             response_timeout: self.response_timeout,
             recheck_interval: self.recheck_interval,
+            reconnect_wait: self.reconnect_wait,
             fair_queue: FairQueue {
                 timeout: self.fair_queue_timeout,
                 thread_wait: self.fair_thread_wait,

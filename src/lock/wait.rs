@@ -326,24 +326,9 @@ async fn hold_back(until: Instant, deadline: Option<Instant>) {
     tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
 }
 
-/// How long past the wait budget an attempt may still be answered.
-const ATTEMPT_GRACE: Duration = Duration::from_millis(20);
+use crate::deadline::ATTEMPT_GRACE;
 
 /// `attempt`'s answer, unless `deadline` passes first (the attempt is dropped then, and repairs
 /// what it may have done).
-async fn within<T>(deadline: Instant, attempt: impl Future<Output = T>) -> Option<T> {
-    tokio::time::timeout_at(deadline, attempt).await.ok()
-}
-
-fn no_answer_in_time() -> crate::error::Error {
-    if crate::clock::paused() {
-        return crate::error::Error::PausedClock;
-    }
-    crate::error::Error::Redis(
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "no answer from redis within the wait budget",
-        )
-        .into(),
-    )
-}
+use crate::clock::no_answer_in_time;
+use crate::deadline::within;

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::no_answer_in_time;
 use crate::core::Core;
+use crate::deadline::{ATTEMPT_GRACE, within};
 use crate::error::Result;
 use crate::pubsub::Wake;
 
@@ -70,6 +72,12 @@ where
 /// first, and tries again, until an attempt is done (`Ok(Some(_))`) or `wait` is spent
 /// (`Ok(None)`; `wait` `None`: wait for ever). The first try subscribes nothing, so a caller that
 /// need not wait costs one round trip.
+///
+/// A wait budget is a deadline, as for the locks (see `lock::wait::acquire`): with `wait`
+/// above zero every attempt ends by it (and a moment's grace), whatever Redis does, a paused or
+/// unreachable server included. An attempt still unanswered then is dropped (each kind's
+/// attempt undoes in the background what it may have done); the call answers `Ok(None)` when
+/// Redis answered an earlier attempt, and a timeout when it answered none.
 pub(crate) async fn wait_for<T, F, Fut>(
     inner: &Core,
     channel: &str,
@@ -81,10 +89,27 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
-    if let Attempt::Done(done) = attempt().await? {
+    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+    // Zero (one try): bounded by the response timeout, as every request is.
+    let bound = deadline
+        .filter(|_| wait != Some(Duration::ZERO))
+        .map(|d| d + ATTEMPT_GRACE);
+    // `None`: not answered by the deadline.
+    let mut tried = || {
+        let attempt = attempt();
+        async move {
+            match bound {
+                None => attempt.await.map(Some),
+                Some(by) => within(by, attempt).await.transpose(),
+            }
+        }
+    };
+    let Some(first) = tried().await? else {
+        return Err(no_answer_in_time());
+    };
+    if let Attempt::Done(done) = first {
         return Ok(Some(done));
     }
-    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return crate::clock::out_of_time();
     }
@@ -97,7 +122,10 @@ where
     let subscription = inner.hub.subscribe_with(channel, budget, policy).await?;
     loop {
         let tried_at = Instant::now();
-        let outcome = attempt().await?;
+        let Some(outcome) = tried().await? else {
+            // Redis answered the first attempt: the wait was not had in time.
+            return crate::clock::out_of_time();
+        };
         subscription.used();
         let foreseen = match outcome {
             Attempt::Done(done) => return Ok(Some(done)),
