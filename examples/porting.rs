@@ -45,7 +45,10 @@ impl<S: tracing::Subscriber> Layer<S> for Warnings {
 /// Java's `restock()`: locks the inventory itself, as the method calling it already did.
 async fn restock(lock: &RLock, item: u32) -> ferrisson::Result<()> {
     let guard = lock.lock().await?;
-    println!("   restocked item {item} under token {}", guard.fencing_token());
+    println!(
+        "   restocked item {item} under token {}",
+        guard.fencing_token()
+    );
     guard.unlock().await
 }
 
@@ -130,9 +133,9 @@ async fn main() -> ferrisson::Result<()> {
     let (a2, gb) = (a.clone(), &held_b);
     let (parent, child) = a
         .with_lock(|token| async move {
-            let child = tokio::spawn(gb.scope(async move {
-                a2.with_lock(|token| async move { token }).await
-            }));
+            let child = tokio::spawn(
+                gb.scope(async move { a2.with_lock(|token| async move { token }).await }),
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
             assert!(!child.is_finished(), "the child waits for A");
             (token, child)

@@ -16,6 +16,20 @@ use tokio::time::Instant;
 /// clock, and such a refusal in the middle of a script would leave a lock without TTL.
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 
+/// How much of a lease the holder gives up to clocks: it counts the lease lost this much sooner
+/// than its own clock says Redis expires it. Two machines' clocks may run at rates up to 500
+/// ppm apart while NTP slews them (Redlock subtracts a drift of 1% + 2 ms from a validity for
+/// the same reason), so a holder told at the very deadline could learn of its loss after
+/// another client was granted the lock. 1% of the lease and 2 ms, in µs.
+fn drift_us(lease_us: u64) -> u64 {
+    lease_us / 100 + 2_000
+}
+
+/// A lease of `lease_us` as the holder may count on it: less the clocks' margin.
+fn trusted_us(lease_us: u64) -> u64 {
+    lease_us.saturating_sub(drift_us(lease_us))
+}
+
 #[derive(Debug)]
 pub(crate) struct Lease {
     token: u64,
@@ -59,7 +73,7 @@ impl Lease {
             token,
             stamp: token,
             base: sent_at,
-            deadline_us: AtomicU64::new(lease_ms.saturating_mul(1000)),
+            deadline_us: AtomicU64::new(trusted_us(lease_ms.saturating_mul(1000))),
             lease_ms: AtomicU64::new(lease_ms),
             extended_us: AtomicU64::new(0),
             lost: AtomicBool::new(false),
@@ -112,7 +126,7 @@ impl Lease {
         // surely ran after the grant (see `renewed`).
         let answered = self.offset_us(Instant::now()).max(sent);
         self.extended_us.fetch_max(answered, Ordering::AcqRel);
-        let until = sent.saturating_add(lease_ms.saturating_mul(1000));
+        let until = sent.saturating_add(trusted_us(lease_ms.saturating_mul(1000)));
         self.deadline_us.store(until, Ordering::Release);
         self.lease_ms.store(lease_ms, Ordering::Relaxed);
     }
@@ -124,7 +138,8 @@ impl Lease {
         if self.offset_us(sent_at) < self.extended_us.load(Ordering::Acquire) {
             return;
         }
-        let until = self.offset_us(sent_at + lease);
+        let lease_us = lease.as_micros().min(u64::MAX as u128) as u64;
+        let until = self.offset_us(sent_at).saturating_add(trusted_us(lease_us));
         self.deadline_us.fetch_max(until, Ordering::AcqRel);
     }
 
@@ -209,6 +224,29 @@ mod tests {
         assert!(lease.is_lost());
         lease.renewed(Instant::now(), Duration::from_secs(10));
         assert!(lease.is_lost(), "lost is sticky");
+    }
+
+    #[test]
+    fn the_holder_counts_a_lease_lost_1_percent_and_2_ms_early() {
+        let sent = Instant::now();
+        let lease = Lease::new(1, sent, 30_000);
+        assert_eq!(
+            lease.deadline(),
+            sent + Duration::from_millis(30_000 - 300 - 2)
+        );
+        lease.renewed(sent, Duration::from_secs(60));
+        assert_eq!(
+            lease.deadline(),
+            sent + Duration::from_millis(60_000 - 600 - 2)
+        );
+        lease.extended(sent, 1_000);
+        assert_eq!(
+            lease.deadline(),
+            sent + Duration::from_millis(1_000 - 10 - 2)
+        );
+        // A lease shorter than the margin is lost at once.
+        let tiny = Lease::new(1, sent, 1);
+        assert_eq!(tiny.deadline(), sent);
     }
 
     #[tokio::test]

@@ -118,9 +118,12 @@ async fn a_leftover_hold_is_replaced_by_a_fresh_grant_for_every_kind() {
 /// A client behind a fault proxy, with a short response timeout.
 async fn proxied(server: &RedisServer) -> (Proxy, Client) {
     let proxy = Proxy::start(server.port()).await;
+    // A call that finds the connection being reopened waits up to the reconnect wait for it
+    // (tests/reconnect_ride.rs): short here, so that a blackholed repair gives up soon.
     let client = builder_for(&proxy.url())
         .response_timeout(Duration::from_millis(400))
         .connection_timeout(Duration::from_millis(400))
+        .reconnect_wait(Duration::from_millis(800))
         .build()
         .await
         .unwrap();
