@@ -392,3 +392,74 @@ fn blocking_nested_acquisitions_in_a_forced_hold_are_lost() {
     writing.unlock().unwrap();
     read.unlock().unwrap();
 }
+
+/// A nested acquisition never waits or lines up: beside another owner of the same client that
+/// holds the lock (after a force-unlock), a nested `try_lock_for` in the old hold's scope is
+/// `LockLost` at once, never `Ok(None)` after its budget, and never handed the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_acquisition_beside_another_owner_of_its_client_is_lost_at_once() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let other = support::client(&server).await;
+    let lock = client.get_lock("nested:beside");
+    let guard = lock.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        other
+            .get_lock("nested:beside")
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    let second = within(Duration::from_secs(5), "the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let nested = guard
+        .scope(lock.try_lock_for(Duration::from_secs(2), None))
+        .await;
+    assert!(is_lost(&nested), "{nested:?}");
+    assert!(started.elapsed() < Duration::from_secs(1), "at once");
+    let nested = within(
+        Duration::from_secs(2),
+        "nested lock",
+        guard.scope(lock.lock()),
+    )
+    .await;
+    assert!(is_lost(&nested), "{nested:?}");
+    assert!(!second.is_lost(), "the other owner keeps the lock");
+    drop(guard);
+    second.unlock().await.unwrap();
+}
+
+/// A read nested in a write hold that is gone (the write field removed, the lock now read
+/// locked by the owner's earlier nested read) is lost, and only the write hold is told: the
+/// owner's read hold, which stands, is not marked lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_write_hold_under_a_nested_read_leaves_the_read_hold_standing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let rw = client.get_read_write_lock("nested:sides");
+    let (read, write) = (rw.read_lock(), rw.write_lock());
+    let writing = write.lock().await.unwrap();
+    let reading = writing.scope(read.lock()).await.unwrap();
+    let writer = rw.snapshot().await.unwrap().writer.unwrap().owner;
+    let mut raw = server.raw().await;
+    let _: i64 = raw
+        .hdel("nested:sides", format!("{writer}:write"))
+        .await
+        .unwrap();
+    let _: i64 = raw.hset("nested:sides", "mode", "read").await.unwrap();
+    let again = writing.scope(read.lock()).await;
+    assert!(is_lost(&again), "{again:?}");
+    assert!(writing.is_lost(), "the write hold heard of its loss");
+    assert!(!reading.is_lost(), "the read hold stands");
+    assert_eq!(reading.hold_count().await.unwrap(), 1);
+    reading.unlock().await.unwrap();
+    let _ = writing.unlock().await;
+}

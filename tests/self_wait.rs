@@ -521,3 +521,20 @@ async fn holds_taken_by_with_lock_are_placed_at_the_callers_line() {
     .unwrap();
     assert!(at.unwrap().starts_with(&place(line)), "blocking");
 }
+
+/// Under `fail_on_self_wait`, a second read of the task's own read-locked lock is no self-wait
+/// (readers share): granted at once. A write beside the task's own read is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_fast_lets_a_task_read_twice() {
+    let server = RedisServer::start();
+    let client = failing_client(&server).await;
+    let rw = client.get_read_write_lock("fast:reads");
+    let first = rw.read_lock().lock().await.unwrap();
+    let second = rw.read_lock().lock().await.unwrap();
+    assert!(matches!(
+        rw.write_lock().try_lock().await,
+        Err(Error::SelfWait { .. })
+    ));
+    second.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+}

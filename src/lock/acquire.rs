@@ -57,6 +57,14 @@ impl Holder {
         observed: &crate::observe::Acquire,
         called_at: &'static Location<'static>,
     ) -> Result<Option<LockGuard>> {
+        // A nested acquisition never waits: its script grants one more hold of the hold it
+        // nests in, or answers that hold lost. (Waiting, it would line up behind, or be handed
+        // the lock by, another owner of this client, which never answers whether its own hold
+        // still stands.)
+        let wait = match nested {
+            Some(_) => Some(Duration::ZERO),
+            None => wait,
+        };
         let channel = self.channel();
         let waiting = wait != Some(Duration::ZERO);
         let deadline = wait
@@ -235,8 +243,7 @@ impl Holder {
             };
             let holds = self.owner.holds(other).lock().await;
             // A read nested in a write hold: the write hold must still stand. (Should it go
-            // between here and the script, the read is a read hold of its own: nothing a
-            // reader may not share.)
+            // between here and the script, the script finds it gone and answers lost.)
             if nested.is_some_and(|n| n.side == other && !n.held_in(&holds)) {
                 return Err(self.lost());
             }
@@ -344,14 +351,18 @@ impl Holder {
                 }
                 Ok(Acquired::Lost) => {
                     // The server has no hold of the owner: the hold this acquisition nests in
-                    // was forced open, deleted or ran out. Whoever holds it on this side, and
-                    // the hold nested in, hear it now rather than at the next heartbeat.
+                    // was forced open, deleted or ran out. Its guards hear it now rather than
+                    // at the next heartbeat. Nested in the owner's hold of the other side (a
+                    // read in its write hold), this side's holds may well stand: untouched.
                     let mut holds = in_flight.disarm();
-                    if let Some(old) = holds.lease.take() {
-                        old.mark_lost();
-                        self.local_waiters().releasing(self.name(), &old);
+                    if want.nested == Nested::Same {
+                        if let Some(old) = holds.lease.take() {
+                            old.mark_lost();
+                            self.local_waiters().releasing(self.name(), &old);
+                        }
+                        holds.count = 0;
                     }
-                    holds.count = 0;
+                    drop(holds);
                     if let Some(n) = nested {
                         n.lease.mark_lost();
                     }

@@ -79,7 +79,9 @@ pub(crate) async fn run_acquire(client: &Core, call: &ScriptCall, name: &str) ->
     let (reply, synced): (Value, _) = client.executor.run_synced(call, name).await?;
     let acquired = parse_acquire_reply(&reply, name)?;
     match (acquired, synced) {
-        (Acquired::Granted { .. }, Some((acked, wanted))) if acked < wanted => {
+        (Acquired::Granted { .. } | Acquired::Under { .. }, Some((acked, wanted)))
+            if acked < wanted =>
+        {
             Ok(Acquired::NotSynced { acked, wanted })
         }
         (acquired, _) => Ok(acquired),

@@ -24,6 +24,7 @@ use std::task::Poll;
 use crate::error::{Error, Result};
 use crate::lock::handle::Handle;
 use crate::lock::holder::Holder;
+use crate::lock::owner::Side;
 use crate::owner::Asker;
 use crate::watchdog::{SelfWaitEntry, SelfWaitTicket};
 
@@ -38,7 +39,15 @@ impl Handle {
         if !self.core.config.self_wait.fail {
             return Ok(());
         }
-        match self.core.watchdog.held_by(self.name(), Asker::current()) {
+        // A read shares with the task's own read holds: refused only beside its own write hold.
+        // (Waiting, it is still warned of: with writer preference, a writer waiting for the
+        // task's read hold holds the new read back.)
+        let reading = self.ops.family() == "rw" && self.ops.side() == Side::Main;
+        match self
+            .core
+            .watchdog
+            .held_by(self.name(), Asker::current(), !reading)
+        {
             Some(held_at) => Err(Error::SelfWait {
                 name: self.name().to_owned(),
                 held_at: held_at.to_string(),
@@ -79,7 +88,7 @@ impl Holder {
         let mut listed: Option<SelfWaitTicket> = None;
         tokio::time::sleep(after).await;
         loop {
-            match core.watchdog.held_by(self.name(), asker) {
+            match core.watchdog.held_by(self.name(), asker, true) {
                 Some(held_at) => {
                     self.warn(asker, held_at, called_at, since.elapsed());
                     listed.get_or_insert_with(|| {

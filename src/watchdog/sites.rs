@@ -8,7 +8,7 @@ use std::panic::Location;
 use std::sync::{Arc, MutexGuard, Weak};
 use std::time::Duration;
 
-use super::{Shared, Watchdog};
+use super::{RenewTarget, Shared, Watchdog};
 use crate::map::Map;
 use crate::owner::Asker;
 
@@ -92,15 +92,23 @@ impl Shared {
 }
 
 impl Watchdog {
-    /// Where a live hold of lock `key` (either side of a read-write lock) that `asker` took was
-    /// taken, if it keeps one: a scan of the client's holds (every live lock guard's hold is
-    /// registered, renewed or checked).
-    pub(crate) fn held_by(&self, key: &str, asker: Asker) -> Option<&'static Location<'static>> {
+    /// Where a live hold of lock `key` (either side of a read-write lock; read holds only when
+    /// `reads`) that `asker` took was taken, if it keeps one: a scan of the client's holds
+    /// (every live lock guard's hold is registered, renewed or checked).
+    pub(crate) fn held_by(
+        &self,
+        key: &str,
+        asker: Asker,
+        reads: bool,
+    ) -> Option<&'static Location<'static>> {
         let registry = self.shared.registry();
         registry.entries.values().find_map(|e| {
             let site = e.renewal.site.as_ref()?;
-            let this =
-                site.asker == asker && e.renewal.target.key() == key && !e.renewal.lease.is_lost();
+            let read = matches!(e.renewal.target, RenewTarget::ReadHolds { .. });
+            let this = site.asker == asker
+                && e.renewal.target.key() == key
+                && (reads || !read)
+                && !e.renewal.lease.is_lost();
             this.then_some(site.at)
         })
     }
