@@ -538,3 +538,29 @@ async fn failing_fast_lets_a_task_read_twice() {
     second.unlock().await.unwrap();
     first.unlock().await.unwrap();
 }
+
+/// A RedLock's rounds (one try per instance each) are watched too: a second `lock()` of a
+/// RedLock its own task holds is warned of, naming both places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiting_for_its_own_task_s_hold_is_warned_of() {
+    let server = RedisServer::start();
+    let client = warning_client(&server).await;
+    const N: &str = "warned:redlock";
+    let redlock = ferrisson::RedLock::new([client.get_lock(N)]);
+    let (guard, held) = (redlock.lock().await.unwrap(), line!());
+    let waiting = redlock.lock();
+    let called = line!() - 1;
+    let waited = tokio::time::timeout(Duration::from_millis(1200), waiting).await;
+    assert!(waited.is_err(), "it waits for its own hold");
+    let found = warnings(N);
+    assert!(!found.is_empty(), "warned of");
+    assert!(
+        found[0].field("held_at").starts_with(&place(held)),
+        "{found:?}"
+    );
+    assert!(
+        found[0].field("called_at").starts_with(&place(called)),
+        "{found:?}"
+    );
+    guard.unlock().await.unwrap();
+}

@@ -207,10 +207,15 @@ impl MultiLock {
         at: &'static Location<'static>,
     ) -> Result<Option<MultiGuard>> {
         self.check()?;
-        // A client that drains (or is closed) refuses the acquisition whole, before any part.
+        // A client that drains (or is closed) refuses the acquisition whole, before any part;
+        // a part nested in a hold whose work runs (one more hold of it) is let through a drain,
+        // as a single nested acquisition is.
         self.locks
             .iter()
-            .try_for_each(|lock| lock.core().accepting())?;
+            .try_for_each(|lock| match lock.nested_here() {
+                true => lock.core().open(),
+                false => lock.core().accepting(),
+            })?;
         let lease_ms = lease.map(lease_ms).transpose()?;
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         loop {

@@ -249,6 +249,9 @@ impl RedLock {
         });
         let drift = lease_len / 100 + Duration::from_millis(2);
         let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        // Each part is one try, so no part's wait is watched for a hold of the caller's own
+        // task: the rounds are, here.
+        let mut self_wait = SelfWaitWatch::new(self.locks.first());
         loop {
             let started = Instant::now();
             let attempts = self.locks.iter().map(|lock| {
@@ -312,10 +315,53 @@ impl RedLock {
                     failures,
                 });
             }
+            self_wait.check(&self.locks, at);
             let pause = jitter(self.retry_delay);
             match deadline {
                 Some(d) if Instant::now() + pause >= d => return Ok(None),
                 _ => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+}
+
+/// When a RedLock's rounds are checked for a wait for a hold of the caller's own task or
+/// thread (see `lock::self_wait`): after the client's threshold, then every 10 times it.
+struct SelfWaitWatch {
+    since: std::time::Instant,
+    next: Option<std::time::Instant>,
+    after: Duration,
+}
+
+impl SelfWaitWatch {
+    fn new(first: Option<&RLock>) -> Self {
+        let after = first.map_or(Duration::MAX, |lock| lock.core().config.self_wait.warning);
+        let since = std::time::Instant::now();
+        SelfWaitWatch {
+            since,
+            next: since.checked_add(after),
+            after,
+        }
+    }
+
+    /// Warns, when due, of each instance whose lock the caller's own task or thread holds.
+    fn check(&mut self, locks: &[RLock], at: &'static Location<'static>) {
+        let now = std::time::Instant::now();
+        if self.next.is_none_or(|next| now < next) {
+            return;
+        }
+        self.next = now.checked_add(self.after.saturating_mul(10));
+        let asker = crate::owner::Asker::current();
+        for lock in locks {
+            if let Some(held_at) = lock.core().watchdog.held_by(lock.name(), asker, true) {
+                crate::lock::self_wait::warn(
+                    lock.name(),
+                    false,
+                    asker,
+                    held_at,
+                    at,
+                    now - self.since,
+                );
             }
         }
     }
@@ -448,7 +494,11 @@ impl RedLockGuard {
     /// ```
     pub async fn unlock(self) -> Result<()> {
         let (granted, quorum) = (self.parts.len(), self.quorum);
-        match release_all(self.parts).await {
+        // An instance whose connection is being reopened is waited for one round trip, not
+        // its client's reconnect wait: a majority's release must not wait on a dead instance.
+        let round_trip = self.parts.iter().map(LockGuard::round_trip).max();
+        let by = tokio::time::Instant::now() + round_trip.unwrap_or_default();
+        match crate::deadline::by(by, release_all(self.parts)).await {
             Err(Error::Multiple { errors }) if granted - errors.len() >= quorum => {
                 Err(Error::ReleasedOnMajority {
                     released: granted - errors.len(),

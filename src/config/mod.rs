@@ -117,7 +117,9 @@ impl Config {
             .max(Duration::from_secs(5))
     }
 
-    /// The hard cap on one round trip, reconnection included: no call ever hangs past it.
+    /// The hard cap on one request on an open connection. A connection being reopened is waited
+    /// for apart from it: up to the caller's wait budget, else the reconnect wait (see
+    /// `Connection::open`), each attempt to open bounded by the connection timeout.
     pub(crate) fn round_trip_cap(&self) -> Duration {
         self.response_timeout
             .saturating_add(self.connection_timeout)

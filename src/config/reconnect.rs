@@ -8,8 +8,9 @@ impl ClientBuilder {
     /// How long a call waits for its connection to come back when it finds the connection
     /// lost and being reopened (a Redis restart, a failover, a cut connection): it waits for
     /// the next attempt to reconnect (attempts back off from 100 ms to about a second) and
-    /// retries until a connection opens or this time has passed, then fails with the last
-    /// error. A call that arrives while no attempt is due tries at once. Calls with a wait
+    /// retries until a connection opens, or until the next attempt would start after this
+    /// time (an attempt under way may end up to the connection timeout later); then it fails
+    /// with the last error. A call that arrives while no attempt is due tries at once. Calls with a wait
     /// budget of their own (`try_lock_for`, `try_acquire_for`, `await_for`) wait within that
     /// budget instead; this is for those without one (`lock()`, releases, queries). Redisson's
     /// `retryAttempts × retryInterval` (3 × 1.5 s) plays this part there.

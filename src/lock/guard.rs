@@ -195,6 +195,11 @@ impl LockGuard {
         PartOf::of(&self.holder.handle)
     }
 
+    /// One round trip of this guard's client: a reply, or the opening of its connection.
+    pub(crate) fn round_trip(&self) -> std::time::Duration {
+        self.holder.handle.core.config.round_trip_cap()
+    }
+
     /// Gives back a hold a combinator will not hand out, and returns once the server has let it
     /// go. As [`unlock`](Self::unlock), except for a hold the client already counts lost: its
     /// lease, counted from when the acquire was sent, ran out before the grant's reply came,

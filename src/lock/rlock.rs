@@ -113,6 +113,12 @@ impl RLock {
         &self.handle.core
     }
 
+    /// Whether an acquisition of this lock made here would nest in a hold whose scope the
+    /// caller runs in.
+    pub(crate) fn nested_here(&self) -> bool {
+        self.handle.nesting().is_some()
+    }
+
     /// This lock as a combinator's part, to name it in an error.
     pub(crate) fn part(&self) -> PartOf {
         PartOf::of(&self.handle)
@@ -285,7 +291,9 @@ impl RLock {
     /// `wait` is a deadline: the call returns within it (and a few milliseconds) whatever Redis
     /// does, a paused or unreachable server included. An attempt still unanswered then is
     /// given up, and a grant it may have made is taken back in the background. With
-    /// `Duration::ZERO` the one attempt is bounded by the response timeout instead.
+    /// `Duration::ZERO` the one attempt is bounded by the response timeout instead (after
+    /// waiting, when the connection is being reopened, up to
+    /// [`ClientBuilder::reconnect_wait`](crate::ClientBuilder::reconnect_wait) for it).
     ///
     /// # Errors
     ///

@@ -115,16 +115,32 @@ impl Holder {
         called_at: &'static Location<'static>,
         waited: std::time::Duration,
     ) {
+        let rw = self.ops().family() == "rw";
+        warn(self.name(), rw, asker, held_at, called_at, waited);
+    }
+}
+
+/// The self-wait WARN of a wait (made `called_at`, for `waited` so far) for a hold of lock
+/// `name` (`rw`: a read-write lock's) taken `held_at` by the waiter's own task or thread.
+pub(crate) fn warn(
+    name: &str,
+    rw: bool,
+    asker: Asker,
+    held_at: &'static Location<'static>,
+    called_at: &'static Location<'static>,
+    waited: std::time::Duration,
+) {
+    {
         let whose = match asker {
             Asker::Task(_) => "task",
             Asker::Thread(_) => "thread",
         };
-        let upgrade = match self.ops().family() {
-            "rw" => "; a reader that wants to write releases its read hold first",
-            _ => "",
+        let upgrade = match rw {
+            true => "; a reader that wants to write releases its read hold first",
+            false => "",
         };
         tracing::warn!(
-            lock = %self.name(),
+            lock = %name,
             held_at = %held_at,
             called_at = %called_at,
             waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
@@ -134,7 +150,7 @@ impl Holder {
              inside `with_lock` or `guard.scope(..)`, or take `guard.reenter()`{upgrade}. (If \
              that hold's guard went to another task or thread, which will give it back, this \
              wait is as meant.)",
-            self.name()
+            name
         );
     }
 }

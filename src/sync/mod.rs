@@ -90,7 +90,8 @@ where
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-    // Zero (one try): bounded by the response timeout, as every request is.
+    // Zero (one try): bounded by the response timeout, as every request is (and the reconnect
+    // wait before it, when the connection is being reopened).
     let bound = deadline
         .filter(|_| wait != Some(Duration::ZERO))
         .map(|d| d + ATTEMPT_GRACE);
