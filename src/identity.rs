@@ -92,7 +92,9 @@ impl ClientBuilder {
 
     /// Whether the client records who it is in Redis: its application name, host, process id,
     /// version and start, under `ferrisson_client:{<id>}`, kept alive by a call every second
-    /// and gone within 5 s of the client (see [`Client::clients`] and
+    /// and gone within 5 s of the client's last beat (or, while it held something, once those
+    /// holds could no longer live: a paused or hung holder stays findable; see
+    /// [`ClientIdentity::silent_for`], [`Client::clients`] and
     /// [what it costs](crate::guide::observability#client-identities)). Off, the client writes
     /// no such key and makes no call while it holds nothing, as before identities. Default: on.
     ///

@@ -34,9 +34,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// identity's refresh (see [`Own::beat`]), sent beside the presence check when there are holds,
 /// which keeps the identity as long as the longest of them may live (`lease`, the watchdog
 /// timeout, for a renewed one; what is left of a fixed one's), so that a process stopped or
-/// hung while it holds something can still be found, and also says where the client's holds were taken and which of its acquisitions wait for
-/// a hold of their own task, when that changed (see [`sites`](super::sites)).
-/// Its failure alone suspects nothing (a hold's check does that for what matters).
+/// hung while it holds something can still be found; it also says where the client's holds
+/// were taken and which of its acquisitions wait for a hold of their own task, when that
+/// changed (see [`sites`](super::sites)). Its failure alone suspects nothing (a hold's check does that for what matters).
 pub(super) async fn heartbeat(
     shared: std::sync::Weak<Shared>,
     executor: Executor,
