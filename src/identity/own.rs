@@ -16,7 +16,7 @@ use crate::watchdog::Sites;
 /// `hold_for` (`None`: it holds nothing): [`TTL`] past that, and 2% more for the clocks (a
 /// fixed lease's end is counted on this host's clock, Redis counts on its own), so that the
 /// identity of a stopped or hung holder outlives every hold it may keep; [`TTL`] when it holds
-/// nothing. Rounded up to whole seconds and to 4 significant bits (36 s, 7 min 30 s...): a
+/// nothing. Rounded up to whole seconds and to 4 significant bits (36 s, 448 s...): a
 /// fixed lease's remainder shrinks every beat, and the beat writes the TTL only when it
 /// changes, so over a fixed lease of an hour a rounded one is written some 70 times rather
 /// than 3600.
@@ -57,7 +57,8 @@ struct Beats {
     removed: bool,
     /// The holds' and self-waits' fields as the identity has them (see [`sites`]).
     published: Vec<(&'static str, String)>,
-    /// The TTL the identity's last write or beat set (and its `beat_ttl_ms` says), in ms.
+    /// The TTL the identity's last write or beat set (and its `beat_ttl_ms` says), in ms; 0
+    /// when unknown (a call that set it failed).
     ttl_ms: u64,
 }
 
@@ -138,6 +139,11 @@ impl Own {
         let now = sites.map(|s| sites::fields(s, self.clock.get().copied()));
         let changed = now.filter(|now| *now != state.published);
         let new_ttl = (ttl_ms != state.ttl_ms).then(|| (BEAT_TTL, ttl_ms.to_string()));
+        if new_ttl.is_some() {
+            // Unknown until the answer comes: a call that ran but whose answer was lost may
+            // have set it, and a later PEXPIRE must not leave the field saying another TTL.
+            state.ttl_ms = 0;
+        }
         let kept: i64 = match (&changed, &new_ttl) {
             (None, None) => {
                 let mut pexpire = redis::cmd("PEXPIRE");
