@@ -516,8 +516,8 @@ impl Client {
     /// leases run out. Returns what was still under way when it gave up (empty: all done);
     /// each is also logged as a warning. Last, it removes the client's identity (see
     /// [`clients`](Self::clients)) in the time left; if Redis does not answer, the identity's
-    /// TTL removes it within 5 s. All of it takes at most twice the response timeout (6 s by
-    /// default), whatever Redis does.
+    /// TTL removes it within 5 s (or once what is still held could no longer live). All of it
+    /// takes at most twice the response timeout (6 s by default), whatever Redis does.
     ///
     /// Dropping the last handle of a client waits for the releases of dropped guards (which go
     /// over the client thread's own connection) for at most one second, blocking the thread:

@@ -3,14 +3,16 @@
 //!
 //! Written when the client connects (`lua/client_identity.lua`), kept alive by the watchdog's
 //! heartbeat (one `PEXPIRE` a second; written again when the heartbeat finds it gone), removed by
-//! [`Client::close`]; a client that dies without closing is gone within [`TTL`]. The heartbeat
+//! [`Client::close`]; a client that dies without closing is gone within [`TTL`] when it held
+//! nothing, else once none of its holds can live any more ([`own::beat_ttl`]), so that a
+//! stopped or hung holder can still be found; the TTL each beat set is recorded
+//! (`beat_ttl_ms`), and a reader tells how long ago the client last beat from it and the key's
+//! `PTTL`. The heartbeat
 //! also says there where the client's holds were taken and which of its acquisitions wait for
 //! a hold of their own task ([`sites`]), in the same call, when that changed
 //! (`lua/client_beat.lua` instead of the `PEXPIRE`).
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -18,10 +20,12 @@ use uuid::Uuid;
 use crate::Client;
 use crate::config::ClientBuilder;
 use crate::error::{Error, Result};
-use crate::script::{CLIENT_BEAT, CLIENT_IDENTITY, Executor, ScriptCall};
-use crate::watchdog::Sites;
+use crate::script::Executor;
 
+mod own;
 mod sites;
+
+pub(crate) use own::Own;
 
 pub use sites::{HoldSite, SelfWaitSite};
 
@@ -31,6 +35,13 @@ const PATTERN: &str = "ferrisson_client:*";
 /// How long an identity outlives its client's last heartbeat: five beats, so that a beat or
 /// two lost to a slow server or a short outage does not drop a live client from the list.
 pub(crate) const TTL: Duration = Duration::from_secs(5);
+
+/// A client silent for less than this still beats (its heartbeat is due every second): see
+/// [`ClientIdentity::is_live`].
+const LIVE_WITHIN: Duration = Duration::from_secs(3);
+
+/// The field that records the TTL the last beat set, in ms.
+const BEAT_TTL: &str = "beat_ttl_ms";
 
 /// The key of client `id`'s identity; the id is its hash tag, so the key has a slot of its own.
 pub(crate) fn key(id: Uuid) -> String {
@@ -64,7 +75,9 @@ impl ClientBuilder {
 
     /// Whether the client records who it is in Redis: its application name, host, process id,
     /// version and start, under `ferrisson_client:{<id>}`, kept alive by a call every second
-    /// and gone within 5 s of the client (see [`Client::clients`] and
+    /// and gone within 5 s of the client's last beat (or, while it held something, once those
+    /// holds could no longer live: a paused or hung holder stays findable; see
+    /// [`ClientIdentity::silent_for`], [`Client::clients`] and
     /// [what it costs](crate::guide::observability#client-identities)). Off, the client writes
     /// no such key and makes no call while it holds nothing, as before identities. Default: on.
     ///
@@ -83,174 +96,14 @@ impl ClientBuilder {
     }
 }
 
-/// This client's own identity, as it writes it.
-#[derive(Debug)]
-pub(crate) struct Own {
-    key: String,
-    /// What the client says of itself, as hash fields and values.
-    fields: [(&'static str, String); 4],
-    /// When the client started, server unix ms, as the first write stamped it (0 before): a
-    /// write after the key was lost keeps the client's first start, not the write's.
-    started: AtomicU64,
-    /// The moment of this process at which the first write's answer came, and the server's
-    /// clock it stamped: puts the client's own moments on the server's clock.
-    clock: OnceLock<(std::time::Instant, u64)>,
-    /// Held across a beat's calls, so that a beat that found the key gone cannot write it back
-    /// after the removal, and beats publish in order.
-    state: tokio::sync::Mutex<Beats>,
-    /// Set as the removal starts, before it waits for a beat under way: a removal cut short
-    /// by `close`'s deadline still stops every later beat.
-    removing: std::sync::atomic::AtomicBool,
-}
-
-/// What the beats have done.
-#[derive(Debug)]
-struct Beats {
-    /// Whether [`Client::close`] removed the identity.
-    removed: bool,
-    /// The holds' and self-waits' fields as the identity has them (see [`sites`]).
-    published: Vec<(&'static str, String)>,
-}
-
-impl Own {
-    /// The identity of client `id`; `app`: the name set on the builder, if any.
-    pub(crate) fn new(id: Uuid, app: Option<String>) -> Self {
-        let app = app.unwrap_or_else(executable_name);
-        Own {
-            key: key(id),
-            fields: [
-                ("app", app),
-                ("host", host_name()),
-                ("pid", std::process::id().to_string()),
-                ("version", env!("CARGO_PKG_VERSION").to_owned()),
-            ],
-            started: AtomicU64::new(0),
-            clock: OnceLock::new(),
-            state: tokio::sync::Mutex::new(Beats {
-                removed: false,
-                published: sites::fields(&Sites::default(), None),
-            }),
-            removing: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Writes the identity whole, with its TTL (when the client connects).
-    pub(crate) async fn write(&self, executor: &Executor) -> Result<()> {
-        self.write_with(executor, &[]).await
-    }
-
-    /// Writes the identity whole with `more` fields, with its TTL.
-    async fn write_with(&self, executor: &Executor, more: &[(&str, String)]) -> Result<()> {
-        let mut call = ScriptCall::new(&CLIENT_IDENTITY)
-            .key(&self.key)
-            .arg(TTL.as_millis() as u64);
-        let first = self.started.load(Ordering::Relaxed) == 0;
-        call = match first {
-            true => call.arg(""),
-            false => call.arg(self.started.load(Ordering::Relaxed)),
-        };
-        for (field, value) in self.fields.iter().chain(more) {
-            call = call.arg(*field).arg(value.as_str());
-        }
-        let started: String = executor.run(&call, &self.key).await?;
-        let started = started.parse().map_err(|_| {
-            Error::unexpected(format!("client_identity answered the start {started:?}"))
-        })?;
-        if first {
-            // The server's clock now, give or take half a round trip.
-            let _ = self.clock.set((std::time::Instant::now(), started));
-        }
-        self.started.store(started, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The heartbeat's refresh: one `PEXPIRE`, or, when `sites` (what the client's holds and
-    /// self-waits are now) differ from what the identity says, one script that also sets
-    /// those fields; the whole identity again when the key is gone (a restarted or emptied
-    /// server). Nothing once the client was closed.
-    pub(crate) async fn beat(&self, executor: &Executor, sites: Option<&Sites>) -> Result<()> {
-        let mut state = self.state.lock().await;
-        if state.removed || self.removing.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let now = sites.map(|s| sites::fields(s, self.clock.get().copied()));
-        let changed = now.filter(|now| *now != state.published);
-        let kept: i64 = match &changed {
-            None => {
-                let mut pexpire = redis::cmd("PEXPIRE");
-                pexpire.arg(&self.key).arg(TTL.as_millis() as u64);
-                // Sent as a read is (again, once, on a new connection when the first dropped):
-                // a second PEXPIRE does what the first did.
-                executor.read(&pexpire, &self.key).await?
-            }
-            Some(fields) => {
-                let mut call = ScriptCall::new(&CLIENT_BEAT)
-                    .key(&self.key)
-                    .arg(TTL.as_millis() as u64);
-                for (field, value) in fields {
-                    call = call.arg(*field).arg(value.as_str());
-                }
-                // Sets what one call would: sent again as a read is.
-                executor.run_read(&call, &self.key).await?
-            }
-        };
-        if kept == 0 {
-            tracing::debug!(key = %self.key, "the client's identity was gone: writing it again");
-            let fields = changed.as_ref().unwrap_or(&state.published);
-            self.write_with(executor, fields).await?;
-        }
-        if let Some(fields) = changed {
-            state.published = fields;
-        }
-        Ok(())
-    }
-
-    /// Removes the identity for good (see [`Client::close`]).
-    pub(crate) async fn remove(&self, executor: &Executor) -> Result<()> {
-        self.removing.store(true, Ordering::Release);
-        let mut state = self.state.lock().await;
-        state.removed = true;
-        let mut del = redis::cmd("DEL");
-        del.arg(&self.key);
-        // A DEL sent twice removes what one would.
-        executor.read::<i64>(&del, &self.key).await.map(drop)
-    }
-}
-
-/// The executable's file name: what a process is called in `ps` and `top`.
-fn executable_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .or_else(|| {
-            let first = std::env::args_os().next()?;
-            let name = std::path::Path::new(&first).file_name()?;
-            Some(name.to_string_lossy().into_owned())
-        })
-        .unwrap_or_default()
-}
-
-/// The host's name, read where Linux keeps it (the kernel's, then the configured one), else
-/// from the environment (`HOSTNAME`, which shells set; `COMPUTERNAME` on Windows); empty when
-/// none says. Reading a file needs no new dependency and no `unsafe` (`gethostname(2)` would
-/// need both), and covers the hosts servers run on; elsewhere the environment usually does.
-fn host_name() -> String {
-    let from_files = ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .into_iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok());
-    let from_env = ["HOSTNAME", "COMPUTERNAME"]
-        .into_iter()
-        .filter_map(|name| std::env::var(name).ok());
-    from_files
-        .chain(from_env)
-        .map(|name| name.trim().to_owned())
-        .find(|name| !name.is_empty())
-        .unwrap_or_default()
-}
-
-/// Who a live ferrisson client is: what it recorded under its id when it connected, read back
+/// Who a ferrisson client is: what it recorded under its id when it connected, read back
 /// by [`Client::clients`] or [`Client::identity_of`]. The owner names a client writes into
 /// locks are `<id>:<n>`, so the first half of a holder's owner name finds its identity.
+///
+/// A client that stopped beating (a process paused with `SIGSTOP`, hung, or dead) keeps its
+/// identity while any of its holds may still live, so that whoever finds its lock stuck still
+/// learns its host and pid; [`silent_for`](Self::silent_for) says how long ago it last beat,
+/// and [`is_live`](Self::is_live) whether it still does.
 ///
 /// A field the record lacks (written by another version, or by hand) reads as empty or 0.
 ///
@@ -268,7 +121,8 @@ fn host_name() -> String {
 /// # Ok(()) }
 /// ```
 ///
-/// With the `serde` feature it is `serde::Serialize`, its age as `age_ms`.
+/// With the `serde` feature it is `serde::Serialize`, its age as `age_ms` and its silence as
+/// `silent_for_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -295,6 +149,19 @@ pub struct ClientIdentity {
         serde(rename = "age_ms", serialize_with = "crate::inspect::ser::millis")
     )]
     pub age: Duration,
+    /// How long ago the client last beat (its heartbeat refreshes the identity every second):
+    /// under a second or so for a live client; more for one that stopped, hung or died while
+    /// it held something (its identity stays while its holds may live). The TTL its last beat
+    /// set (the `beat_ttl_ms` field) minus the key's `PTTL`; zero for an identity that does
+    /// not record that TTL (an earlier version's).
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            rename = "silent_for_ms",
+            serialize_with = "crate::inspect::ser::millis"
+        )
+    )]
+    pub silent_for: Duration,
     /// Where the client's lock holds that have lived at least a second were taken (the
     /// `file:line:column` of each acquiring call), by lock and owner; at most 200 (see
     /// [`hold_sites_total`](Self::hold_sites_total)). Refreshed by the client's heartbeat
@@ -312,12 +179,20 @@ pub struct ClientIdentity {
 }
 
 impl ClientIdentity {
-    /// The identity in `fields` (an `HGETALL` of `id`'s key), read when the server's clock said
-    /// `now_ms`; `None` for an empty hash (a key gone since it was listed).
-    fn of(id: Uuid, fields: HashMap<String, String>, now_ms: u64) -> Option<Self> {
+    /// The identity in `fields` (an `HGETALL` of `id`'s key) whose key had `pttl_ms` left (its
+    /// `PTTL`), read when the server's clock said `now_ms`; `None` for an empty hash (a key gone
+    /// since it was listed).
+    fn of(id: Uuid, fields: HashMap<String, String>, pttl_ms: i64, now_ms: u64) -> Option<Self> {
         if fields.is_empty() {
             return None;
         }
+        // No recorded TTL, or no TTL on the key (-1; -2: gone since): beating now, as far as
+        // anybody can tell.
+        let beat_ttl_ms: Option<u64> = fields.get(BEAT_TTL).and_then(|t| t.parse().ok());
+        let silent_ms = match (beat_ttl_ms, u64::try_from(pttl_ms)) {
+            (Some(set), Ok(left)) => set.saturating_sub(left),
+            _ => 0,
+        };
         let sites = sites::read(&fields, now_ms);
         let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
         let started_ms = fields
@@ -332,6 +207,7 @@ impl ClientIdentity {
             version: text("version"),
             started_ms,
             age: Duration::from_millis(now_ms.saturating_sub(started_ms)),
+            silent_for: Duration::from_millis(silent_ms),
             hold_sites: sites.holds,
             hold_sites_total: sites.holds_total,
             self_waits: sites.self_waits,
@@ -363,13 +239,35 @@ impl ClientIdentity {
             .find(|h| h.lock == lock && h.owner == owner)
             .map(|h| h.acquired_at.as_str())
     }
+
+    /// Whether the client still beats: [`silent_for`](Self::silent_for) is under 3 s (three
+    /// heartbeats). A client that is not live was paused, hangs, or died while it held
+    /// something; its holds last until their leases run out.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ferrisson::Client) -> ferrisson::Result<()> {
+    /// for who in client.clients().await? {
+    ///     if !who.is_live() {
+    ///         println!("pid {} on {}, silent for {:?}", who.pid, who.host, who.silent_for);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_live(&self) -> bool {
+        self.silent_for < LIVE_WITHIN
+    }
 }
 
 impl Client {
-    /// Every live ferrisson client of these servers that records its identity (see
+    /// Every ferrisson client of these servers that records its identity (see
     /// [`ClientBuilder::identity`]): `SCAN` for `ferrisson_client:*` on the server, on a
-    /// Cluster on every master, then each identity read; ordered by start, oldest first. A
-    /// client gone for longer than 5 s is not listed (its identity's TTL), nor one that closed.
+    /// Cluster on every master, then each identity read (its `HGETALL` and `PTTL`, sent
+    /// together); ordered by start, oldest first. A client that closed is not listed, nor one
+    /// silent for longer than 5 s that held nothing; one that held something is listed, with
+    /// how long it has been silent ([`ClientIdentity::silent_for`]), until none of its holds
+    /// can live any more.
     ///
     /// # Errors
     ///
@@ -408,8 +306,11 @@ impl Client {
     }
 
     /// The identity of client `id` (the part of an owner name before its last `:`), if that
-    /// client is alive and records one: `None` when it closed, died more than 5 s ago, or
-    /// turned identities off. One `HGETALL` and the server's `TIME`, sent together.
+    /// client records one that is still there: `None` when it closed, turned identities off,
+    /// or went silent more than 5 s ago holding nothing (a client silent while it holds
+    /// something keeps its identity as long as those holds may live; see
+    /// [`ClientIdentity::silent_for`]). One `HGETALL`, a `PTTL` and the server's `TIME`, sent
+    /// together.
     ///
     /// # Errors
     ///
@@ -433,8 +334,8 @@ impl Client {
         let key = key(id);
         let read = fields(executor, &key);
         let now = server_ms(executor, crate::slots::key_slot(&key) as u16);
-        let (fields, now) = futures::future::join(read, now).await;
-        Ok(ClientIdentity::of(id, fields?, now?))
+        let ((fields, pttl), now) = futures::future::join(read, now).await;
+        Ok(ClientIdentity::of(id, fields?, pttl?, now?))
     }
 }
 
@@ -447,29 +348,38 @@ async fn identities_on(executor: &Executor, slot: u16) -> Result<Vec<ClientIdent
         .filter_map(|key| Some((id_of_key(key)?, key)))
         .map(|(id, key)| async move {
             match fields(executor, key).await {
-                Ok(fields) => Ok(ClientIdentity::of(id, fields, now)),
+                (Ok(fields), Ok(pttl)) => Ok(ClientIdentity::of(id, fields, pttl, now)),
                 // Not an identity, whatever its name: left out.
-                Err(Error::WrongType { .. } | Error::UnexpectedReply(_)) => Ok(None),
-                Err(e) => Err(e),
+                (Err(Error::WrongType { .. } | Error::UnexpectedReply(_)), _) => Ok(None),
+                (Err(e), _) | (_, Err(e)) => Err(e),
             }
         });
     let read = futures::future::try_join_all(reads).await?;
     Ok(read.into_iter().flatten().collect())
 }
 
-/// The fields of the identity at `key` (`HGETALL`); bytes that are not UTF-8, which no client
-/// writes, are shown lossily rather than failing the whole read.
-async fn fields(executor: &Executor, key: &str) -> Result<HashMap<String, String>> {
+/// The fields of the identity at `key` (`HGETALL`), and its `PTTL`, sent together (one round
+/// trip on the key's connection); bytes that are not UTF-8, which no client writes, are shown
+/// lossily rather than failing the whole read.
+async fn fields(executor: &Executor, key: &str) -> (Result<HashMap<String, String>>, Result<i64>) {
     let mut hgetall = redis::cmd("HGETALL");
     hgetall.arg(key);
-    let raw: HashMap<Vec<u8>, Vec<u8>> = executor.read(&hgetall, key).await?;
-    Ok(raw
-        .into_iter()
+    let mut pttl = redis::cmd("PTTL");
+    pttl.arg(key);
+    let hash = executor.read::<HashMap<Vec<u8>, Vec<u8>>>(&hgetall, key);
+    let left = executor.read::<i64>(&pttl, key);
+    let (raw, left) = futures::future::join(hash, left).await;
+    (raw.map(text_fields), left)
+}
+
+/// A hash read as text.
+fn text_fields(raw: HashMap<Vec<u8>, Vec<u8>>) -> HashMap<String, String> {
+    raw.into_iter()
         .map(|(k, v)| {
             let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
             (text(k), text(v))
         })
-        .collect())
+        .collect()
 }
 
 /// The clock of the master that serves `slot` (`TIME`), in unix ms.
@@ -495,13 +405,13 @@ mod tests {
     #[test]
     fn a_record_missing_fields_reads_as_empty() {
         let id = Uuid::new_v4();
-        assert_eq!(ClientIdentity::of(id, HashMap::new(), 5), None);
+        assert_eq!(ClientIdentity::of(id, HashMap::new(), 4000, 5), None);
         let fields = HashMap::from([
             ("app".to_owned(), "api".to_owned()),
             ("pid".to_owned(), "x".to_owned()),
             ("started".to_owned(), "9000".to_owned()),
         ]);
-        let read = ClientIdentity::of(id, fields, 5000).unwrap();
+        let read = ClientIdentity::of(id, fields, 4000, 5000).unwrap();
         assert_eq!((read.app.as_str(), read.host.as_str()), ("api", ""));
         assert_eq!((read.pid, read.started_ms), (0, 9000));
         assert_eq!(
@@ -509,11 +419,30 @@ mod tests {
             Duration::ZERO,
             "a start after now is no negative age"
         );
+        assert_eq!(
+            read.silent_for,
+            Duration::ZERO,
+            "no beat_ttl_ms: beating now"
+        );
+        assert!(read.is_live());
     }
 
     #[test]
-    fn the_host_and_executable_are_named() {
-        assert!(!executable_name().is_empty());
-        assert!(!host_name().is_empty());
+    fn silence_is_the_ttl_set_less_the_ttl_left() {
+        let id = Uuid::new_v4();
+        let with = |ttl: &str| HashMap::from([(BEAT_TTL.to_owned(), ttl.to_owned())]);
+        let read = |ttl: &str, pttl| ClientIdentity::of(id, with(ttl), pttl, 0).unwrap();
+        assert_eq!(read("36000", 35_200).silent_for, Duration::from_millis(800));
+        assert!(read("36000", 35_200).is_live());
+        let paused = read("36000", 6_000);
+        assert_eq!(paused.silent_for, Duration::from_secs(30));
+        assert!(!paused.is_live());
+        assert_eq!(read("5000", -1).silent_for, Duration::ZERO, "no TTL");
+        assert_eq!(read("x", 10).silent_for, Duration::ZERO, "not a number");
+        assert_eq!(
+            read("5000", 9_000).silent_for,
+            Duration::ZERO,
+            "more left than set"
+        );
     }
 }

@@ -32,20 +32,23 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 ///
 /// With the client's `identity`, it beats every second whether it holds anything or not: the
 /// identity's refresh (see [`Own::beat`]), sent beside the presence check when there are holds,
-/// which also says where the client's holds were taken and which of its acquisitions wait for
-/// a hold of their own task, when that changed (see [`sites`](super::sites)).
-/// Its failure alone suspects nothing (a hold's check does that for what matters).
+/// which keeps the identity as long as the longest of them may live (`lease`, the watchdog
+/// timeout, for a renewed one; what is left of a fixed one's), so that a process stopped or
+/// hung while it holds something can still be found; it also says where the client's holds
+/// were taken and which of its acquisitions wait for a hold of their own task, when that
+/// changed (see [`sites`](super::sites)). Its failure alone suspects nothing (a hold's check does that for what matters).
 pub(super) async fn heartbeat(
     shared: std::sync::Weak<Shared>,
     executor: Executor,
     mut shutdown: watch::Receiver<()>,
     identity: Option<Arc<Own>>,
+    lease: Duration,
 ) {
-    let refresh = |sites: Option<Sites>| {
+    let refresh = |sites: Option<Sites>, hold_for: Option<Duration>| {
         let (identity, executor) = (&identity, &executor);
         async move {
             if let Some(identity) = identity
-                && let Err(e) = identity.beat(executor, sites.as_ref()).await
+                && let Err(e) = identity.beat(executor, sites.as_ref(), hold_for).await
             {
                 tracing::debug!(error = %e, "the client's identity was not refreshed");
             }
@@ -63,23 +66,25 @@ pub(super) async fn heartbeat(
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(pause) => {}
         }
-        // What the identity says of the holds and self-waits, when there is one.
-        let (holds, sites) = match shared.upgrade() {
+        // What the identity says of the holds and self-waits, when there is one, and how long
+        // it must outlive this beat.
+        let (holds, sites, hold_for) = match shared.upgrade() {
             Some(shared) => {
                 let sites = identity.as_ref().map(|_| super::sites::current(&shared));
-                (super::live(&shared), sites)
+                let hold_for = super::longest_hold(&shared, lease);
+                (super::live(&shared), sites, hold_for)
             }
             None => return,
         };
         if holds.is_empty() {
             masters = None;
             pause = HEARTBEAT;
-            refresh(sites).await;
+            refresh(sites, hold_for).await;
             continue;
         }
         // The presence check is the beat on one server (it fails like any call when the server
         // restarted or the connection was cut); a cluster's beat is `CLUSTER SLOTS` beside it.
-        let looked = futures::future::join(check::gone(&executor, holds), refresh(sites));
+        let looked = futures::future::join(check::gone(&executor, holds), refresh(sites, hold_for));
         let looked = async { looked.await.0 };
         let beat = if cluster {
             let listed = executor.read::<redis::Value>(&slots, "heartbeat");

@@ -214,6 +214,7 @@ impl Watchdog {
             executor.clone(),
             shutdown.clone(),
             identity,
+            lease,
         )));
         runtime.spawn(on_own_connection(run(
             shared.clone(),
@@ -444,6 +445,26 @@ fn live(shared: &Shared) -> Vec<(u64, Arc<Renewal>)> {
         .filter(|(_, e)| !e.renewal.lease.is_lost())
         .map(|(id, e)| (*id, e.renewal.clone()))
         .collect()
+}
+
+/// The longest any hold not known lost may still live in Redis, counted from now (`None`: no
+/// such hold): a renewed one, `lease` (the watchdog timeout, which a renewal sent just now would
+/// set), or longer when a grant gave it more; a fixed one, what is left of its lease.
+fn longest_hold(shared: &Shared, lease: Duration) -> Option<Duration> {
+    let now = Instant::now();
+    let registry = shared.registry();
+    registry
+        .entries
+        .values()
+        .filter(|e| !e.renewal.lease.is_lost())
+        .map(|e| {
+            let left = e.renewal.lease.deadline().saturating_duration_since(now);
+            match e.checked_only {
+                true => left,
+                false => left.max(lease),
+            }
+        })
+        .max()
 }
 
 /// A presence check found the hold of entry `id` gone: its lease is lost, unless the entry was

@@ -19,7 +19,8 @@
 //! SIGTERM); `on-signal` and `blocking-on-signal` call `on_signal`, print `SIGNALLED <signal>
 //! <lost|held>` once it resolves (whether the guard, still alive, was told its hold is gone),
 //! and then hang, as a shutdown that never finishes would. `identity` prints `ID <client id>`
-//! once connected, then holds the lock as `lock` does. `self-wait` takes the lock in a task,
+//! once connected, then holds the lock as `lock` does; `idle` prints it and holds nothing, and
+//! `fixed` prints it and holds the lock with a fixed lease of `<ms>` (no watchdog). `self-wait` takes the lock in a task,
 //! prints `LOCKED <token>` and `AT <line of the lock()> <line of the second lock()>`, then
 //! calls `lock()` again in the same task, the Java way: it waits for itself (warned of after
 //! 200 ms), until killed.
@@ -87,8 +88,21 @@ async fn main() {
         fail(3, "lease lost");
     }
     let client = &clients[0];
-    if kind == "identity" {
+    if matches!(kind, "identity" | "idle" | "fixed") {
         println!("ID {}", client.id());
+    }
+    if kind == "idle" {
+        std::future::pending::<()>().await;
+    }
+    if kind == "fixed" {
+        let guard = client
+            .get_lock(name)
+            .lock_with_lease(Duration::from_millis(ms))
+            .await
+            .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+        println!("LOCKED {}", guard.fencing_token());
+        guard.lost().await;
+        fail(3, "lease lost");
     }
     match kind {
         "exit-holding" => {

@@ -226,6 +226,16 @@ impl HolderProcess {
         assert!(status.success(), "SIGSTOP the holder");
     }
 
+    /// SIGCONT: a process stopped with [`stop`](Self::stop) runs again.
+    pub fn resume(&self) {
+        let pid = self.child.id().expect("the holder runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("the kill command runs");
+        assert!(status.success(), "SIGCONT the holder");
+    }
+
     /// The process's id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

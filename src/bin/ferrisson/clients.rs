@@ -1,7 +1,8 @@
-//! `clients [--json]`: every live client, what each holds (and where it took it) and where it
-//! waits in line, and its waits for a hold of its own task; apart, the holds and waits of
-//! owners whose client records no live identity (dead clients, Java Redisson clients, clients
-//! with identities off).
+//! `clients [--json]`: every client with an identity, what each holds (and where it took it)
+//! and where it waits in line, and its waits for a hold of its own task; a client that stopped
+//! beating (paused, hung or dead while it holds something) says for how long; apart, the holds
+//! and waits of owners whose client records no live identity (Java Redisson clients, clients
+//! with identities off, clients gone).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -15,7 +16,7 @@ use crate::commands::print_json;
 use crate::fail::{Code, Failure};
 use crate::holds::{Hold, Wait, holds, kind, waits};
 use crate::text::{clean, print, span};
-use crate::who::{Directory, identity_json};
+use crate::who::{Directory, WHY_NONE, identity_json};
 
 /// What one client (`None`: owners of no live client) holds and waits for.
 #[derive(Default)]
@@ -90,7 +91,18 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
     let mut out = line(&header) + "\n";
     for (row, identity) in rows.iter().zip(who.list()) {
         let _ = writeln!(out, "{}", line(row));
-        if let Some(doings) = by_client.get(&Some(identity.id)) {
+        if !identity.is_live() {
+            let _ = writeln!(
+                out,
+                "    silent for {}: pid {} on {} stopped beating (paused, hung or dead); \
+                 listed while its holds may live",
+                span(identity.silent_for),
+                identity.pid,
+                clean(&identity.host)
+            );
+        }
+        let doings = by_client.get(&Some(identity.id));
+        if let Some(doings) = doings {
             for (hold, snapshot) in &doings.holds {
                 let _ = writeln!(out, "    holds {}", held(hold, snapshot));
             }
@@ -101,13 +113,26 @@ fn as_text(who: &Directory, by_client: &ByClient<'_>) -> String {
         for wait in &identity.self_waits {
             let _ = writeln!(out, "    {}", self_wait(wait));
         }
+        // What a silent client held at its last beat and holds no more (its lease ran out).
+        let holds_now = |site: &ferrisson::HoldSite| {
+            doings.is_some_and(|d| {
+                d.holds
+                    .iter()
+                    .any(|(h, _)| h.object == site.lock && h.owner == site.owner)
+            })
+        };
+        if !identity.is_live() {
+            for site in identity.hold_sites.iter().filter(|s| !holds_now(s)) {
+                let text = format!(
+                    "held {} at its last beat, acquired at {}; not held now",
+                    site.lock, site.acquired_at
+                );
+                let _ = writeln!(out, "    {}", clean(&text));
+            }
+        }
     }
     if let Some(unknown) = by_client.get(&None) {
-        let _ = writeln!(
-            out,
-            "\nowners with no live client identity (gone for more than 5 s, Java Redisson \
-             clients, or identities off):"
-        );
+        let _ = writeln!(out, "\nowners with no live client identity {WHY_NONE}:");
         for (hold, snapshot) in &unknown.holds {
             let _ = writeln!(
                 out,

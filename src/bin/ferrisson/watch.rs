@@ -197,14 +197,21 @@ impl View<'_> {
     fn summary(&self) -> String {
         let held = self.found.iter().filter(|s| is_held(s)).count();
         let waited = self.found.iter().filter(|s| waiting(s) > 0).count();
+        let clients = self.who.list();
+        let silent = clients.iter().filter(|c| !c.is_live()).count();
+        let also = match silent {
+            0 => String::new(),
+            n => format!(", {n} silent"),
+        };
         format!(
-            "{} object(s), {held} held, {waited} with waiters; {} live client(s)",
+            "{} object(s), {held} held, {waited} with waiters; {} live client(s){also}",
             self.found.len(),
-            self.who.list().len()
+            clients.len() - silent
         )
     }
 
-    /// The clients section: a header, then one line per live client with its holds counted.
+    /// The clients section: a header, then one line per client with its holds counted, and
+    /// how long it has been silent after its id when it stopped beating.
     fn clients(&self) -> Vec<String> {
         let mut lines =
             vec!["CLIENT                         VERSION  UP      HOLDS  ID".to_owned()];
@@ -217,8 +224,12 @@ impl View<'_> {
                 .count();
             let this = if self.who.is_own(c.id) { " (this)" } else { "" };
             let name = format!("{}@{}:{}{this}", c.app, c.host, c.pid);
+            let silent = match c.is_live() {
+                true => String::new(),
+                false => format!("  silent {}", span(c.silent_for)),
+            };
             lines.push(format!(
-                "{:<30} {:<8} {:<7} {:<6} {}",
+                "{:<30} {:<8} {:<7} {:<6} {}{silent}",
                 fit(&clean(&name), 30),
                 clean(&c.version),
                 span(c.age),

@@ -96,11 +96,19 @@ impl Directory {
         }
     }
 
-    /// `app@host:pid`; `?1b4e28ba` for a client without a live identity; the owner itself when
-    /// it names no client. [`clean`]: what a client records, and owners, come from Redis.
+    /// `app@host:pid`, and `(silent 47.0s)` after it for a client that stopped beating;
+    /// `?1b4e28ba` for a client without an identity; the owner itself when it names no client.
+    /// [`clean`]: what a client records, and owners, come from Redis.
     pub(crate) fn short(&self, client: Option<Uuid>, owner: &str) -> String {
         let text = match client {
             Some(id) => match self.get(id) {
+                Some(c) if !c.is_live() => format!(
+                    "{}@{}:{} (silent {})",
+                    c.app,
+                    c.host,
+                    c.pid,
+                    span(c.silent_for)
+                ),
                 Some(c) => format!("{}@{}:{}", c.app, c.host, c.pid),
                 None => format!("?{}", &id.simple().to_string()[..8]),
             },
@@ -109,27 +117,40 @@ impl Directory {
         clean(&text).into_owned()
     }
 
-    /// `billing@web-3 pid 4242, client 1b4e…, up 3m12s`, or why there is no identity;
-    /// [`clean`], as [`short`](Self::short).
+    /// `billing@web-3 pid 4242 (client 1b4e…, ferrisson 0.1.0, up 3m12s)`, with `, silent
+    /// for 47.0s: paused, hung or dead` for a client that stopped beating; or why there is no
+    /// identity; [`clean`], as [`short`](Self::short).
     pub(crate) fn long(&self, client: Option<Uuid>, owner: &str) -> String {
         let text = match client {
             Some(id) => match self.get(id) {
                 Some(c) => format!(
-                    "{}@{} pid {} (client {id}, ferrisson {}, up {})",
+                    "{}@{} pid {} (client {id}, ferrisson {}, up {}){}",
                     c.app,
                     c.host,
                     c.pid,
                     c.version,
-                    span(c.age)
+                    span(c.age),
+                    silence(c)
                 ),
-                None => format!(
-                    "client {id}, no live identity (gone for more than 5 s, a Java Redisson \
-                     client, or identities off)"
-                ),
+                None => format!("client {id}, no live identity {WHY_NONE}"),
             },
             None => format!("owner `{owner}`, which names no client id"),
         };
         clean(&text).into_owned()
+    }
+}
+
+/// Why a client id may have no identity, as `inspect` and `clients` say it.
+pub(crate) const WHY_NONE: &str = "(a Java Redisson client, identities off, an earlier \
+     ferrisson's client, or a client gone: 5 s after its last beat if it held nothing, else \
+     once its holds could no longer live)";
+
+/// `, silent for 47.0s: paused, hung or dead` for a client that stopped beating; empty for a
+/// live one.
+pub(crate) fn silence(c: &ClientIdentity) -> String {
+    match c.is_live() {
+        true => String::new(),
+        false => format!(", silent for {}: paused, hung or dead", span(c.silent_for)),
     }
 }
 
