@@ -11,15 +11,14 @@
 
 mod support;
 
+use support::warnings::warnings;
+
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferrisson::blocking::{Client, LockGuard, MultiLock, PermitGuard, RLock, RSemaphore, RedLock};
 use support::RedisServer;
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -274,47 +273,6 @@ fn for_each(kinds: impl IntoIterator<Item = Kind>, check: impl Fn(Kind) + Sync) 
                 .unwrap_or_else(|e| std::panic::resume_unwind(e));
         }
     });
-}
-
-/// Every WARN's message and the name it gave (`lock` or `semaphore` field).
-fn warnings() -> &'static Mutex<Vec<(String, String)>> {
-    static WARNINGS: OnceLock<Mutex<Vec<(String, String)>>> = OnceLock::new();
-    WARNINGS.get_or_init(|| {
-        let subscriber = tracing_subscriber::registry().with(Warnings);
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        Mutex::default()
-    })
-}
-
-struct Warnings;
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    name: String,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "lock" | "semaphore" => self.name = format!("{value:?}"),
-            _ => {}
-        }
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Warnings {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if *event.metadata().level() == Level::WARN {
-            let mut fields = Fields::default();
-            event.record(&mut fields);
-            warnings()
-                .lock()
-                .unwrap()
-                .push((fields.message, fields.name));
-        }
-    }
 }
 
 #[test]

@@ -5,55 +5,12 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use support::warnings::warnings;
 use support::{RedisServer, builder};
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-
-/// Every WARN's message and `lock` field this process logged.
-fn warnings() -> &'static Mutex<Vec<(String, String)>> {
-    static WARNINGS: OnceLock<Mutex<Vec<(String, String)>>> = OnceLock::new();
-    WARNINGS.get_or_init(|| {
-        let subscriber = tracing_subscriber::registry().with(Warnings);
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        Mutex::default()
-    })
-}
-
-struct Warnings;
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    lock: String,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "lock" => self.lock = format!("{value:?}"),
-            _ => {}
-        }
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Warnings {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if *event.metadata().level() == Level::WARN {
-            let mut fields = Fields::default();
-            event.record(&mut fields);
-            warnings()
-                .lock()
-                .unwrap()
-                .push((fields.message, fields.lock));
-        }
-    }
-}
 
 /// Whether a WARN said that `lock`'s work ran to its end.
 fn warned_ran_to_end(lock: &str) -> bool {

@@ -10,17 +10,15 @@
 mod support;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferrisson::{Client, Error, LockGuard, MultiLock, PermitGuard, RLock, RSemaphore, RedLock};
 use futures::future::join_all;
+use support::warnings::warnings;
 use support::{RedisServer, builder, within};
 use tokio::sync::Barrier;
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -479,47 +477,6 @@ async fn with_lock_stops_the_work_when_the_hold_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_with_lock_for_stops_the_work_when_the_hold_is_lost() {
     a_forced_open_hold_stops_the_work(true).await;
-}
-
-/// Every WARN's message and the name it gave (`lock` or `semaphore` field).
-fn warnings() -> &'static Mutex<Vec<(String, String)>> {
-    static WARNINGS: OnceLock<Mutex<Vec<(String, String)>>> = OnceLock::new();
-    WARNINGS.get_or_init(|| {
-        let subscriber = tracing_subscriber::registry().with(Warnings);
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        Mutex::default()
-    })
-}
-
-struct Warnings;
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    name: String,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "lock" | "semaphore" => self.name = format!("{value:?}"),
-            _ => {}
-        }
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Warnings {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if *event.metadata().level() == Level::WARN {
-            let mut fields = Fields::default();
-            event.record(&mut fields);
-            warnings()
-                .lock()
-                .unwrap()
-                .push((fields.message, fields.name));
-        }
-    }
 }
 
 /// Pauses Redis (SIGSTOP) once every work has finished its part, before any returns: every

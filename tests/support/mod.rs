@@ -12,6 +12,7 @@ pub mod redisson;
 pub mod redisson_lock;
 pub mod sentinel;
 pub mod server;
+pub mod warnings;
 
 use std::time::Duration;
 
