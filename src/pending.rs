@@ -24,7 +24,32 @@ struct State {
     next: u64,
     /// What each piece of work is about (a lock name), and whether it goes over the client
     /// thread's own connection (it can finish while the caller's runtime is blocked).
-    work: Map<u64, (String, bool)>,
+    work: Map<u64, (Work, bool)>,
+}
+
+/// What a piece of work is, as a close that waits for it names it: said in words, or the
+/// release of an object's hold (named only if somebody asks, so that an `unlock()` on the
+/// fast path allocates nothing for it).
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    Said(String),
+    /// The caller's own release of a hold of the object so named.
+    Release(Arc<str>),
+}
+
+impl From<String> for Work {
+    fn from(what: String) -> Self {
+        Work::Said(what)
+    }
+}
+
+impl std::fmt::Display for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Work::Said(what) => f.write_str(what),
+            Work::Release(name) => write!(f, "the release of `{name}`"),
+        }
+    }
 }
 
 /// One piece of work; its end is its drop (finished, or dropped with the runtime).
@@ -54,11 +79,11 @@ impl Pending {
 
     /// Counts a piece of work about `what` until the ticket is dropped; `own`: it goes over
     /// the client thread's own connection.
-    pub(crate) fn begin(self: &Arc<Self>, what: String, own: bool) -> Ticket {
+    pub(crate) fn begin(self: &Arc<Self>, what: impl Into<Work>, own: bool) -> Ticket {
         let mut state = self.state();
         let id = state.next;
         state.next += 1;
-        state.work.insert(id, (what, own));
+        state.work.insert(id, (what.into(), own));
         Ticket {
             pending: self.clone(),
             id,
@@ -67,7 +92,7 @@ impl Pending {
 
     /// What is still under way (sorted, one entry per piece of work).
     fn left(state: &State) -> Vec<String> {
-        let mut left: Vec<String> = state.work.values().map(|(w, _)| w.clone()).collect();
+        let mut left: Vec<String> = state.work.values().map(|(w, _)| w.to_string()).collect();
         left.sort_unstable();
         left
     }
@@ -100,7 +125,7 @@ impl Pending {
         loop {
             let mut left: Vec<String> = (state.work.values())
                 .filter(|(_, own)| *own)
-                .map(|(w, _)| w.clone())
+                .map(|(w, _)| w.to_string())
                 .collect();
             if left.is_empty() || Instant::now() >= deadline {
                 left.sort_unstable();
@@ -123,7 +148,7 @@ mod tests {
     #[test]
     fn a_blocking_wait_ends_when_the_work_does() {
         let pending = Arc::new(Pending::default());
-        let ticket = pending.begin("orders".into(), true);
+        let ticket = pending.begin(String::from("orders"), true);
         assert_eq!(
             pending.settled_blocking(Duration::from_millis(10)),
             vec!["orders".to_owned()]
@@ -140,8 +165,8 @@ mod tests {
     #[tokio::test]
     async fn an_async_wait_ends_when_the_work_does() {
         let pending = Arc::new(Pending::default());
-        let ticket = pending.begin("a".into(), true);
-        let _other = pending.begin("b".into(), false);
+        let ticket = pending.begin(String::from("a"), true);
+        let _other = pending.begin(String::from("b"), false);
         drop(ticket);
         assert_eq!(
             pending.settled(Duration::from_millis(20)).await,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::lease::Lease;
+use crate::pending::Work;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::lock::handle::PartOf;
@@ -100,7 +101,7 @@ impl LockGuard {
             .holder
             .inner()
             .pending
-            .begin(format!("the release of `{}`", self.holder.name()), false);
+            .begin(Work::Release(self.holder.ops().name().clone()), false);
         self.holder.guard_gone(&self.lease, self.renewed);
         let mut release = PendingRelease {
             holder: self.holder.clone(),
