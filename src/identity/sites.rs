@@ -116,7 +116,7 @@ pub(super) fn fields(
 ) -> Vec<(&'static str, String)> {
     let mut held = String::new();
     for hold in &sites.held {
-        line(&mut held, &[&hold.lock, &hold.owner, &hold.at]);
+        line(&mut held, &[&hold.lock, &hold.owner, &hold.at.to_string()]);
     }
     let mut waits = String::new();
     for wait in &sites.self_waits {
@@ -266,9 +266,9 @@ mod tests {
         let then = Instant::now();
         let sites = Sites {
             held: vec![HeldSite {
-                lock: "tab\there%0A and\nline".into(),
+                lock: Arc::from("tab\there%0A and\nline"),
                 owner: Arc::from("c:1"),
-                at: "src/a.rs:1:2".into(),
+                at: here,
             }],
             held_total: 350,
             self_waits: vec![SelfWaitEntry {
@@ -293,7 +293,7 @@ mod tests {
                 read.holds[0].owner.as_str(),
                 read.holds[0].acquired_at.as_str()
             ),
-            ("c:1", "src/a.rs:1:2")
+            ("c:1", here.to_string().as_str())
         );
         let wait = &read.self_waits[0];
         assert_eq!((wait.lock.as_str(), wait.owner.as_str()), ("orders", "c:2"));

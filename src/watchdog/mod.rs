@@ -57,6 +57,11 @@ pub(crate) enum RenewTarget {
 
 impl RenewTarget {
     fn key(&self) -> &str {
+        self.shared_key()
+    }
+
+    /// [`key`](Self::key), shared.
+    fn shared_key(&self) -> &Arc<str> {
         match self {
             RenewTarget::HashField { key, .. } | RenewTarget::ReadHolds { key, .. } => key,
             RenewTarget::Permits { count, .. } => count,

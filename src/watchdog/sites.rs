@@ -33,9 +33,9 @@ pub(crate) struct Site {
 /// A hold of this client as its identity names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct HeldSite {
-    pub(crate) lock: String,
+    pub(crate) lock: Arc<str>,
     pub(crate) owner: Arc<str>,
-    pub(crate) at: String,
+    pub(crate) at: &'static Location<'static>,
 }
 
 /// An acquisition that has waited past the warning's threshold for a hold its own task (or
@@ -138,6 +138,8 @@ impl Watchdog {
 
 /// The holds and self-waits the client's identity names now.
 pub(super) fn current(shared: &Shared) -> Sites {
+    // Shared names and static places only: nothing is formatted under the registry's lock,
+    // which every renewal and grant takes too.
     let mut held: Vec<HeldSite> = {
         let registry = shared.registry();
         registry
@@ -148,9 +150,9 @@ pub(super) fn current(shared: &Shared) -> Sites {
             .filter_map(|e| {
                 let site = e.renewal.site.as_ref()?;
                 Some(HeldSite {
-                    lock: e.renewal.target.key().to_owned(),
+                    lock: e.renewal.target.shared_key().clone(),
                     owner: site.owner.clone(),
-                    at: site.at.to_string(),
+                    at: site.at,
                 })
             })
             .collect()
