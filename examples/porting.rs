@@ -9,7 +9,8 @@
 //! 3. `tryLock(wait)` around request work: `try_with_lock_for` in concurrent requests
 //!    (`join_all`), where the wait bounds the acquisition and never cuts the work;
 //! 4. a semaphore that starts closed (`trySetPermits(0)`), opened by another task;
-//! 5. a task spawned inside a hold's work is outside it, even inside another guard's scope.
+//! 5. a task spawned inside a hold's work is outside it, even inside another guard's scope;
+//! 6. read-in-write nests with the writer's token; an upgrade outside a scope is warned of.
 //!
 //! Uses `REDIS_URL` when set, otherwise starts a temporary redis-server of its own. Run with
 //! `cargo run --example porting`.
@@ -145,6 +146,27 @@ async fn main() -> ferrisson::Result<()> {
     assert_ne!(parent, child);
     println!("5. the spawned task waited for A and got a token of its own: {parent} < {child}");
     held_b.unlock().await?;
+
+    // 6. Read inside write nests (the writer's token), and an upgrade outside a scope is a
+    // wait for one's own read hold: warned of, as in 2.
+    let rw = client.get_read_write_lock("porting:catalog");
+    let (read, write) = (rw.read_lock(), rw.write_lock());
+    let reader = &read;
+    let (token, read_token) = write
+        .with_lock(|token| async move {
+            let inner = reader.lock().await?;
+            let read_token = inner.fencing_token();
+            inner.unlock().await?;
+            ferrisson::Result::Ok((token, read_token))
+        })
+        .await??;
+    assert_eq!(token, read_token);
+    println!("6. a read inside the write hold's work nested, with the writer's token {token}");
+    let reading = read.lock().await?;
+    let upgrade = tokio::time::timeout(Duration::from_millis(700), write.lock()).await;
+    assert!(upgrade.is_err(), "an upgrade waits for its own read hold");
+    println!("   the upgrade outside a scope was warned of (the WARN above) and timed out");
+    reading.unlock().await?;
 
     strict.close().await;
     client.close().await;
