@@ -25,6 +25,10 @@
 --          acquisition nested in the owner's hold: one more hold, only while the server still
 --          has it (see lock_acquire.lua)
 -- ARGV[7]  the thread wait time W in ms (Redisson's threadWaitTime; the same on every client)
+-- ARGV[8]  (optional) the waiter has waited long enough to ask whether the holder's process is
+--          gone (lua/presence.lua): a hold of a client found gone for its grace is taken over
+--          (the lock is then free for the queue's head), and a refusal's ms is at most this
+--          many while the holder can be looked at so
 --
 -- Replies: {1, token} granted anew (the slot counter after its INCR); {2, 0} one more hold;
 -- {0, ms} not granted: ms is the holder's remaining lease, or, when the lock is free but another
@@ -168,8 +172,19 @@ if redis.call('exists', KEYS[1]) == 1 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return {2, 0}
   end
-  keep_place()
-  return {0, redis.call('pttl', KEYS[1])}
+  local pttl = redis.call('pttl', KEYS[1])
+  -- The hash has one field: its holder.
+  local gone = ARGV[8] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[8]))
+  if gone ~= 0 then
+    if gone and (pttl == -1 or gone < pttl) then
+      pttl = gone
+    end
+    keep_place()
+    return {0, pttl}
+  end
+  -- The holder's process is gone: the lock is free for the queue's head, told so below.
+  redis.call('del', KEYS[1])
+  swept = true
 end
 
 local head = redis.call('lindex', KEYS[2], 0)

@@ -26,4 +26,5 @@ local function server_time()
   return list_clock
 end
 
-local function one(KEYS, ARGV)
+-- Then the preludes the script needs besides server_time(), and the script, as the body of
+-- `local function one(KEYS, ARGV)` (src/script/call.rs puts them together).

@@ -15,7 +15,11 @@
 --          the old owner: the reply says it is lost)
 -- ARGV[4]  (optional) '1' when the owner has waited past the client's starvation threshold
 -- ARGV[5]  (with ARGV[4]) how long the starving set lives without a new entry, in ms
---
+-- ARGV[6]  (optional; ARGV[4] and ARGV[5] are then given, '0' when not starving) the waiter has
+--          waited long enough to ask whether the holder's process is gone (lua/presence.lua):
+--          a hold of a client found gone for its grace is taken over (a fresh grant), and a
+--          refusal's pttl is at most this many ms while the holder can be looked at so
+----
 -- Starving: refused, the owner joins the starving set (keeping the time it first joined), and
 -- the next release hands the lock to the set's oldest entry (lock_release.lua); granted, it
 -- leaves the set. A provisional hold handed so is a hold the client does not know of, so the
@@ -37,7 +41,7 @@
 --   0           granted again to the owner that holds it (TTL reset to the lease); the hold keeps
 --               the token of its first grant
 --   -2 - pttl   held by another owner; pttl is the lock's remaining TTL in ms, -1 without TTL
---               (so -1: no TTL; -2 - n: n ms left)
+--               (so -1: no TTL; -2 - n: n ms left); with ARGV[6], when to look again, if sooner
 --   {4, 0}      (ARGV[3] = '2' only) the owner holds nothing here: the hold the acquisition
 --               nests in is gone; nothing was written
 -- Errors: WRONGTYPE when a key holds another type. The lock is never changed then (the
@@ -59,18 +63,27 @@ if pttl ~= -2 then
     if ARGV[3] == '2' then
       return {4, 0}
     end
-    if ARGV[4] == '1' then
-      -- Errors (a key of another type) are ignored: the owner just waits unmarked.
-      if redis.replicate_commands then
-        redis.replicate_commands()
+    -- An RLock's hash has one field: its holder.
+    local gone = ARGV[6] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[6]))
+    if gone == 0 then
+      -- The holder's process is gone: its hold is taken over (a grant below).
+      redis.call('del', KEYS[1])
+    else
+      if gone and (pttl == -1 or gone < pttl) then
+        pttl = gone
       end
-      local now = server_time()
-      redis.pcall('zadd', KEYS[3], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[1])
-      redis.pcall('pexpire', KEYS[3], ARGV[5])
+      if ARGV[4] == '1' then
+        -- Errors (a key of another type) are ignored: the owner just waits unmarked.
+        if redis.replicate_commands then
+          redis.replicate_commands()
+        end
+        local now = server_time()
+        redis.pcall('zadd', KEYS[3], 'nx', now[1] * 1000 + math.floor(now[2] / 1000), ARGV[1])
+        redis.pcall('pexpire', KEYS[3], ARGV[5])
+      end
+      return -2 - pttl
     end
-    return -2 - pttl
-  end
-  if ARGV[3] ~= '1' then
+  elseif ARGV[3] ~= '1' then
     redis.call('hincrby', KEYS[1], ARGV[1], 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0

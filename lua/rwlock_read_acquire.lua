@@ -17,6 +17,10 @@
 --          hold; '3' in its write hold, with no live read hold (read holds the server has are
 --          stale, as with '1'); '4' in its write hold, with live read holds. A read nested in
 --          the write hold draws no token: it carries the write hold's (the client has it).
+-- ARGV[5]  (optional) the waiter has waited long enough to ask whether the writer's process is
+--          gone (lua/presence.lua): the holds of a client found gone for its grace are taken
+--          out and the read granted; a refusal's pttl is at most this many ms while the writer
+--          can be looked at so
 --
 -- With KEYS[4], a new reader is refused while a waiting writer's mark lives, so the writer gets
 -- in once the readers inside have left. An owner with live read holds (the client says so: ARGV[4]
@@ -52,7 +56,20 @@ if kind == 'hash' and not mode then
   return {0, redis.call('pttl', KEYS[1])}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-  return {0, redis.call('pttl', KEYS[1])}
+  local pttl = redis.call('pttl', KEYS[1])
+  local writer = ARGV[5] and write_field(KEYS[1])
+  -- The prefix of every owner's timeout keys: this owner's, less ':<owner>:rwlock_timeout'.
+  local base = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1] - 16)
+  local gone = writer and rw_holder_gone(KEYS[1], base, writer, tonumber(ARGV[5]))
+  if gone ~= 0 then
+    if gone and (pttl == -1 or gone < pttl) then
+      pttl = gone
+    end
+    return {0, pttl}
+  end
+  -- The writer's process is gone: its holds were taken out; the lock is free.
+  redis.call('del', KEYS[1])
+  mode = false
 end
 if KEYS[4] and mode ~= 'write' then
   -- (mode 'write' here means the owner holds the write hold: write->read reentry.)

@@ -21,6 +21,11 @@
 --          now + ARGV[7]; a waiting writer calls again well within that, so only a writer that
 --          died or hung lets its mark run out
 -- ARGV[7]  (with KEYS[3]) the mark's life in ms
+-- ARGV[8]  (optional; ARGV[6] and ARGV[7] are then given, '0' without KEYS[3]) the waiter has
+--          waited long enough to ask whether the holders' processes are gone
+--          (lua/presence.lua): the holds of every client found gone for its grace are taken
+--          out, and the write granted when none is left; a refusal's pttl is at most this many
+--          ms while every holder can be looked at so
 --
 -- With KEYS[3], a grant takes the owner's own mark away (new readers are held back by the write
 -- hold itself now). Without it, the script does exactly what it does for Redisson's policy.
@@ -65,9 +70,14 @@ local function new_token()
   return token
 end
 
+-- When to look again at holders that may be gone, if sooner than the lock's TTL (below).
+local look_again
 -- Refused: a waiting writer leaves or refreshes its mark (and drops the marks that ran out).
 local function refused()
   local pttl = redis.call('pttl', KEYS[1])
+  if look_again and (pttl == -1 or look_again < pttl) then
+    pttl = look_again
+  end
   if KEYS[3] and ARGV[6] == '1' then
     local time = redis.call('time')
     local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -122,6 +132,41 @@ if mode == 'read' then
   if redis.call('hlen', KEYS[1]) <= 1 then
     redis.call('del', KEYS[1])
     mode = false
+  end
+end
+-- How soon a refusal should look again at holders that may be gone (lua/presence.lua): the
+-- holds of every one found gone for its grace are taken out first.
+if ARGV[8] and mode and (mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0) then
+  local poll = tonumber(ARGV[8])
+  local holders = {}
+  if mode == 'write' then
+    holders[1] = write_field(KEYS[1])
+  else
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+      if field ~= 'mode' and field ~= ARGV[3] then
+        holders[#holders + 1] = field
+      end
+    end
+  end
+  -- A holder whose lease rules (nil): the lock's TTL tells when to look again.
+  local leased = false
+  for _, field in ipairs(holders) do
+    local gone = rw_holder_gone(KEYS[1], ARGV[4], field, poll)
+    if gone == nil then
+      leased = true
+    elseif gone > 0 then
+      look_again = math.min(look_again or gone, gone)
+    end
+  end
+  if leased then
+    look_again = nil
+  end
+  if redis.call('hlen', KEYS[1]) <= 1 then
+    redis.call('del', KEYS[1])
+    mode = false
+  elseif mode == 'write' and not write_field(KEYS[1]) then
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    mode = 'read'
   end
 end
 

@@ -465,7 +465,7 @@ impl Client {
             target.clone(),
             sharded,
             (config.connection_timeout, config.response_timeout),
-            peer,
+            peer.clone(),
             thread.handle(),
         );
         if let Some(sentinels) = target.sentinels() {
@@ -480,13 +480,44 @@ impl Client {
             );
             thread.handle().spawn(follow);
         }
+        let presence = match (config.takeover_grace, &identity) {
+            (Some(grace), Some(own)) => {
+                let setup = crate::presence::Setup {
+                    target: target.clone(),
+                    executor: executor.clone(),
+                    id,
+                    identity: crate::identity::key(id),
+                    grace,
+                    peer,
+                    connection_timeout: config.connection_timeout,
+                    response_timeout: config.response_timeout,
+                };
+                start_presence(setup, own, &executor, thread.handle()).await
+            }
+            _ => None,
+        };
         let watchdog = Watchdog::start(
             executor.clone(),
             config.watchdog_timeout,
-            shutdown_rx,
+            shutdown_rx.clone(),
             thread.handle(),
             identity.clone(),
+            presence
+                .as_ref()
+                .map(|(_, started)| started.doubt().clone()),
         );
+        if let Some((setup, started)) = presence {
+            let keep = crate::presence::keep(
+                setup,
+                started,
+                watchdog.holding(),
+                watchdog.loser(),
+                shutdown_rx,
+            );
+            thread
+                .handle()
+                .spawn(crate::connection::on_own_connection(keep));
+        }
         Ok(Client {
             inner: Arc::new(Core {
                 owners: Owners::new(id),
@@ -566,6 +597,37 @@ impl Client {
         }
         left
     }
+}
+
+/// Starts the client's presence (see [`presence`](crate::presence)) on the client's thread,
+/// where its connection lives as long as the client, and announces it in the identity. `None`
+/// when it could not: the client's holds then keep the lease rule.
+async fn start_presence(
+    setup: crate::presence::Setup,
+    own: &crate::identity::Own,
+    executor: &Executor,
+    thread: &tokio::runtime::Handle,
+) -> Option<(crate::presence::Setup, crate::presence::Started)> {
+    let started = thread
+        .spawn(async move {
+            let started = crate::presence::start(&setup).await;
+            started.map(|started| (setup, started))
+        })
+        .await;
+    let refused = match started {
+        Ok(Ok((setup, started))) => match own.announce(executor, setup.grace).await {
+            Ok(()) => return Some((setup, started)),
+            Err(e) => e.to_string(),
+        },
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(
+        error = %refused,
+        "this client cannot keep its presence (an ACL user needs the channel \
+         ferrisson_presence:*): its locks are freed by their leases alone if it dies"
+    );
+    None
 }
 
 /// Shared by every clone of a [`Client`]: its drop is the drop of the client's last handle.

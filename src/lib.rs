@@ -24,6 +24,7 @@ mod observe;
 mod outage;
 mod owner;
 mod pending;
+mod presence;
 mod pubsub;
 mod revoke;
 mod runtime;

@@ -252,11 +252,17 @@ impl RedLock {
         // Each part is one try, so no part's wait is watched for a hold of the caller's own
         // task: the rounds are, here.
         let mut self_wait = SelfWaitWatch::new(self.locks.first());
+        // Each part's try is a wait of its own: told when the RedLock began, one that has waited
+        // long enough asks whether a holder is gone (see `presence`).
+        let began = Instant::now();
         loop {
             let started = Instant::now();
             let attempts = self.locks.iter().map(|lock| {
                 let attempt: PartFuture<'_, _> = Box::pin(async move {
-                    let attempt = lock.try_lock_for_at(Duration::ZERO, lease, at);
+                    let attempt = crate::presence::waiting_since(
+                        began,
+                        lock.try_lock_for_at(Duration::ZERO, lease, at),
+                    );
                     match tokio::time::timeout(instance_timeout, attempt).await {
                         Ok(Ok(granted)) => Ok(granted),
                         Ok(Err(e)) => {

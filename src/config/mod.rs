@@ -9,6 +9,7 @@ use crate::urls::{check_scheme, check_urls};
 mod fairness;
 mod reconnect;
 mod self_wait;
+mod takeover;
 
 pub(crate) use self_wait::SelfWait;
 
@@ -48,6 +49,9 @@ pub(crate) struct Config {
     pub(crate) identity: Option<Option<String>>,
     /// How long a signal's drain waits for the holds to finish (see `drain`).
     pub(crate) drain_grace: Duration,
+    /// How soon a dead holder's locks may be taken over (see `presence`); `None`: never (off,
+    /// without identity, or on a cluster).
+    pub(crate) takeover_grace: Option<Duration>,
 }
 
 /// Which servers a client talks to.
@@ -172,6 +176,8 @@ pub struct ClientBuilder {
     pub(crate) app_name: Option<String>,
     /// Set in `drain.rs`.
     pub(crate) drain_grace: Duration,
+    /// Set in `takeover.rs`.
+    takeover_grace: Option<Duration>,
 }
 
 impl Default for ClientBuilder {
@@ -200,6 +206,7 @@ impl Default for ClientBuilder {
             identity: true,
             app_name: None,
             drain_grace: crate::drain::DEFAULT_GRACE,
+            takeover_grace: Some(crate::presence::DEFAULT_GRACE),
         }
     }
 }
@@ -546,6 +553,13 @@ impl ClientBuilder {
                 )));
             }
         }
+        if let Some(g) = self.takeover_grace
+            && (g < Duration::from_secs(1) || g > day)
+        {
+            return Err(Error::Config(format!(
+                "takeover_grace must be between 1s and a day, got {g:?}"
+            )));
+        }
         if let Some(t) = self.starvation_threshold
             && (t < Duration::from_millis(1) || t > day)
         {
@@ -576,6 +590,10 @@ impl ClientBuilder {
                 "sync_replicas needs at least 1 replica and a timeout between 1 ms and a day, got {acks} and {timeout:?}"
             )));
         }
+        // Presence lives in the identity, and a cluster counts subscribers per node.
+        let takeover_grace = self
+            .takeover_grace
+            .filter(|_| self.identity && !matches!(topology, Topology::Cluster(_)));
         Ok(Config {
             url,
             topology,
@@ -604,6 +622,7 @@ impl ClientBuilder {
             tls: self.tls,
             #[cfg(feature = "metrics")]
             metrics_lock_names: self.metrics_lock_names,
+            takeover_grace,
             identity: self.identity.then_some(self.app_name),
             drain_grace: self.drain_grace,
         })

@@ -30,6 +30,10 @@ pub(crate) fn beat_ttl(hold_for: Option<Duration>) -> Duration {
     Duration::from_secs(secs.div_ceil(step).saturating_mul(step))
 }
 
+/// The identity's field that announces the client's takeover grace, in ms (read by
+/// `lua/presence.lua`).
+const PRESENCE: &str = "presence_grace_ms";
+
 /// This client's own identity, as it writes it.
 #[derive(Debug)]
 pub(crate) struct Own {
@@ -48,6 +52,9 @@ pub(crate) struct Own {
     /// Set as the removal starts, before it waits for a beat under way: a removal cut short
     /// by `close`'s deadline still stops every later beat.
     removing: std::sync::atomic::AtomicBool,
+    /// The takeover grace the identity announces (see [`presence`](crate::presence)), in ms, once
+    /// announced: every later write of the whole identity says it too.
+    presence: OnceLock<String>,
 }
 
 /// What the beats have done.
@@ -82,6 +89,7 @@ impl Own {
                 ttl_ms: TTL.as_millis() as u64,
             }),
             removing: std::sync::atomic::AtomicBool::new(false),
+            presence: OnceLock::new(),
         }
     }
 
@@ -104,7 +112,8 @@ impl Own {
             true => call.arg(""),
             false => call.arg(self.started.load(Ordering::Relaxed)),
         };
-        for (field, value) in self.fields.iter().chain(more) {
+        let presence = self.presence.get().map(|ms| (PRESENCE, ms.clone()));
+        for (field, value) in self.fields.iter().chain(more).chain(&presence) {
             call = call.arg(*field).arg(value.as_str());
         }
         let started: String = executor.run(&call, &self.key).await?;
@@ -170,6 +179,27 @@ impl Own {
             state.published = fields;
         }
         state.ttl_ms = ttl_ms;
+        Ok(())
+    }
+
+    /// Says in the identity that its holds may be taken over `grace` after its presence
+    /// channel is found empty (see [`presence`](crate::presence)): called once the channel is
+    /// subscribed and confirmed. Only while the identity is there (a hash without its TTL would
+    /// list a dead client for ever); an identity found gone is written whole, grace included.
+    pub(crate) async fn announce(&self, executor: &Executor, grace: Duration) -> Result<()> {
+        let ms = grace.as_millis().to_string();
+        let _ = self.presence.set(ms.clone());
+        let state = self.state.lock().await;
+        let call = ScriptCall::new(&CLIENT_BEAT)
+            .key(&self.key)
+            .arg(state.ttl_ms.max(TTL.as_millis() as u64))
+            .arg(PRESENCE)
+            .arg(ms.as_str());
+        let kept: i64 = executor.run_read(&call, &self.key).await?;
+        if kept == 0 {
+            self.write_with(executor, TTL.as_millis() as u64, &state.published)
+                .await?;
+        }
         Ok(())
     }
 

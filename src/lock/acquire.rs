@@ -120,13 +120,14 @@ impl Holder {
                     starving,
                     courtesy,
                 },
-                |ask_server, starving| async move {
+                |ask_server, starving, takeover| async move {
                     observed.attempt_started();
                     let want = Want {
                         waiting,
                         stale: false,
                         starving,
                         nested: Nested::No,
+                        takeover,
                     };
                     if starving {
                         // Armed before it is sent: an attempt dropped or failed after Redis ran

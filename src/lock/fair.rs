@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::FairQueue;
 use crate::lock::ops::LockOps;
-use crate::lock::ops::{ReleaseRequest, Want, flag};
+use crate::lock::ops::{ReleaseRequest, TAKEOVER_POLL_MS, Want, flag};
 use crate::lock::owner::Owner;
 use crate::lock::plain::UNLOCK_MESSAGE;
 use crate::script::{
@@ -122,6 +122,7 @@ impl LockOps for FairOps {
             .arg(&self.channel_prefix)
             .arg(want.hold_flag())
             .arg(self.thread_wait_ms())
+            .arg(want.takeover.then_some(TAKEOVER_POLL_MS))
     }
 
     fn release(&self, owner: &Owner, lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {

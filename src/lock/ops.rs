@@ -52,6 +52,10 @@ pub(crate) struct Want {
     /// while the server still has that hold, and answers "lost" otherwise, so a hold forced
     /// open or deleted behind the client's back is never granted afresh under the old owner.
     pub(crate) nested: Nested,
+    /// The caller has waited long enough to ask whether the holder's process is gone: the
+    /// script takes a hold of a client found gone for its grace over, and answers a refusal
+    /// with when to look again (see [`presence`](crate::presence)).
+    pub(crate) takeover: bool,
 }
 
 /// Which hold of its owner an acquisition is nested in.
@@ -80,6 +84,10 @@ impl Want {
         }
     }
 }
+
+/// The scripts' takeover argument: how often a waiter looks again while the holder's presence
+/// channel has a subscriber, in ms.
+pub(crate) const TAKEOVER_POLL_MS: u64 = crate::presence::POLL.as_millis() as u64;
 
 /// The waiter a release hands the lock to.
 #[derive(Debug, Clone, Copy)]

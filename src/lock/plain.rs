@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::config::Starvation;
 use crate::lock::ops::LockOps;
-use crate::lock::ops::{Handoff, ReleaseRequest, Want, flag};
+use crate::lock::ops::{Handoff, ReleaseRequest, TAKEOVER_POLL_MS, Want, flag};
 use crate::lock::owner::Owner;
 use crate::script::{
     LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_HANDOVER, LOCK_RELEASE, LOCK_REPAIR, LOCK_STARVING_LEAVE,
@@ -111,10 +111,11 @@ impl LockOps for PlainOps {
             call
         };
         let call = call.arg(&**owner.id()).arg(lease_ms).arg(want.hold_flag());
-        if want.starving {
-            call.arg("1").arg(self.starvation.keep.as_millis() as u64)
-        } else {
-            call
+        let keep = self.starvation.keep.as_millis() as u64;
+        match (want.starving, want.takeover) {
+            (false, false) => call,
+            (true, false) => call.arg("1").arg(keep),
+            (starving, true) => call.arg(flag(starving)).arg(keep).arg(TAKEOVER_POLL_MS),
         }
     }
 

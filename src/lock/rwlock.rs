@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::core::Core;
 use crate::lock::handle::ClientLocks;
 use crate::lock::ops::LockOps;
-use crate::lock::ops::{ReleaseRequest, Want, flag};
+use crate::lock::ops::{ReleaseRequest, TAKEOVER_POLL_MS, Want, flag};
 use crate::lock::owner::{Owner, Side};
 use crate::lock::rlock::RLock;
 use crate::script::{
@@ -321,6 +321,7 @@ impl LockOps for ReadOps {
             .arg_concat(&names::write_field_pieces(id))
             .arg(lease_ms)
             .arg(want.hold_flag())
+            .arg(want.takeover.then_some(TAKEOVER_POLL_MS))
     }
 
     fn release(&self, owner: &Owner, _lease_ms: u64, request: ReleaseRequest<'_>) -> ScriptCall {
@@ -394,13 +395,15 @@ impl LockOps for WriteOps {
             .arg(id)
             .arg(&n.base)
             .arg(want.hold_flag());
-        match &n.writers {
+        let call = match &n.writers {
             Some((key, life)) => call
                 .key(key)
                 .arg(flag(waiting))
                 .arg(life.as_millis() as u64),
+            None if want.takeover => call.arg("0").arg("0"),
             None => call,
-        }
+        };
+        call.arg(want.takeover.then_some(TAKEOVER_POLL_MS))
     }
 
     /// A waiting writer calls again at least every third of its mark's life, so the mark of a

@@ -15,6 +15,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::lock::handover::{Handed, HandedHold, Registration, Turn};
 use crate::names;
+use crate::presence::POLL;
 use crate::pubsub::{Subscription, Wake};
 
 /// A waiter's starvation mode (plain locks): once it has waited `after`, its attempts say it
@@ -72,7 +73,10 @@ impl<T> crate::observe::Tried for Attempt<T> {
 /// wait, `register` may line the waiter up locally; a lock handed over to it becomes a `T`
 /// through `handed`. `attempt(true, _)` must ask Redis: it follows an unlock message or a
 /// declined handover, which may contradict what the client believes about the lock.
-/// `attempt(_, true)` says the waiter starves (see [`Starving`]).
+/// `attempt(_, true, _)` says the waiter starves (see [`Starving`]); `attempt(_, _, true)` asks
+/// whether the holder's process is gone, and takes its hold over if it is (see
+/// [`presence`](crate::presence)): once the waiter has waited [`POLL`], when the client has
+/// takeover on. Until then it naps at most until then.
 ///
 /// A local release that could not hand over because others wait publishes the unlock: this
 /// waiter then naps on and hears that message as the others do, instead of asking at once and
@@ -100,7 +104,7 @@ pub(crate) async fn acquire<T, F, Fut, R, H>(
     mut handed: H,
 ) -> Result<Option<T>>
 where
-    F: FnMut(bool, bool) -> Fut,
+    F: FnMut(bool, bool, bool) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
     R: FnOnce() -> Option<Registration>,
     H: FnMut(HandedHold) -> T,
@@ -113,10 +117,14 @@ where
     let bound = deadline
         .filter(|_| wait != Some(Duration::ZERO))
         .map(|d| d + ATTEMPT_GRACE);
+    // One try of a longer wait (a RedLock's round) looks whether the holder is gone as a wait
+    // of that length would.
+    let look = client.config.takeover_grace.is_some()
+        && crate::presence::waited_since().is_some_and(|since| since.elapsed() >= POLL);
     let first = match bound {
-        None => attempt(false, false).await?,
+        None => attempt(false, false, look).await?,
         // Boxed: the timer would make every acquire's future larger.
-        Some(d) => match Box::pin(within(d, attempt(false, false))).await {
+        Some(d) => match Box::pin(within(d, attempt(false, false, look))).await {
             Some(answer) => answer?,
             None => return Err(no_answer_in_time()),
         },
@@ -150,6 +158,7 @@ where
         });
         let courtesy = courtesy.then(|| names::shared(&[channel, ":ferrisson"]));
         let recheck = client.config.recheck_interval;
+        let takeover = client.config.takeover_grace.is_some();
         let mut budget = client.config.response_timeout;
         if let Some(d) = deadline {
             budget = budget.min(d.saturating_duration_since(Instant::now()));
@@ -239,7 +248,8 @@ where
                         hold_back(until, deadline).await;
                     }
                 }
-                let asked = attempt(std::mem::take(&mut ask_server), starved.is_some());
+                let look = takeover && started.elapsed() >= POLL;
+                let asked = attempt(std::mem::take(&mut ask_server), starved.is_some(), look);
                 let answer = match bound {
                     None => asked.await?,
                     Some(d) => match within(d, asked).await {
@@ -263,6 +273,10 @@ where
                     nap = nap.min(max);
                 }
                 let now = Instant::now();
+                if takeover && !look {
+                    // The first look at whether the holder is gone is due then.
+                    nap = nap.min((started + POLL).saturating_duration_since(now));
+                }
                 if let Some(d) = deadline {
                     if now >= d {
                         return crate::clock::out_of_time();

@@ -91,21 +91,25 @@ impl LuaScript {
 }
 
 macro_rules! scripts {
-    ($($ident:ident => $file:literal $(listed as $listed:ident $(after $prelude:literal)?)?),* $(,)?) => {
+    ($($ident:ident => $file:literal $([$($prelude:literal),*])?
+        $(listed as $listed:ident $([$($shared:literal),*])?)?),* $(,)?) => {
         $(pub(crate) static $ident: LuaScript = LuaScript::new(
             $file,
             concat!(
-                $($(include_str!(concat!("../../lua/", $prelude, ".lua")),)?)?
+                $($(include_str!(concat!("../../lua/", $prelude, ".lua")),)*)?
                 include_str!(concat!("../../lua/", $file, ".lua")),
             ),
             scripts!(@listed $($listed)?),
         );
-        // The list form: list_head.lua (which also defines what a prelude would), the script,
+        // The list form: list_head.lua (which defines server_time(), as lua/clock.lua would),
+        // the other preludes, the script as the body of the function that runs one operation,
         // list_tail.lua.
         $(pub(crate) static $listed: LuaScript = LuaScript::new(
             concat!($file, " (list form)"),
             concat!(
                 include_str!("../../lua/list_head.lua"),
+                $($(include_str!(concat!("../../lua/", $shared, ".lua")),)*)?
+                "local function one(KEYS, ARGV)\n",
                 include_str!(concat!("../../lua/", $file, ".lua")),
                 include_str!("../../lua/list_tail.lua"),
             ),
@@ -119,9 +123,9 @@ macro_rules! scripts {
 }
 
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" listed as LOCK_ACQUIRE_LIST after "clock",
+    LOCK_ACQUIRE => "lock_acquire" ["clock", "presence"] listed as LOCK_ACQUIRE_LIST ["presence"],
     LOCK_RELEASE => "lock_release" listed as LOCK_RELEASE_LIST,
-    LOCK_HANDOVER => "lock_handover" listed as LOCK_HANDOVER_LIST after "clock",
+    LOCK_HANDOVER => "lock_handover" ["clock"] listed as LOCK_HANDOVER_LIST,
     LOCK_RENEW => "lock_renew",
     HOLDS_PRESENT => "holds_present",
     LOCK_REPAIR => "lock_repair",
@@ -129,14 +133,14 @@ scripts! {
     LOCK_INSPECT => "lock_inspect",
     INSPECT => "inspect",
     LOCK_STARVING_LEAVE => "lock_starving_leave",
-    RWLOCK_READ_ACQUIRE => "rwlock_read_acquire",
+    RWLOCK_READ_ACQUIRE => "rwlock_read_acquire" ["presence", "rwlock_presence"],
     RWLOCK_READ_RELEASE => "rwlock_read_release",
     RWLOCK_READ_RENEW => "rwlock_read_renew",
-    RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire",
+    RWLOCK_WRITE_ACQUIRE => "rwlock_write_acquire" ["presence", "rwlock_presence"],
     RWLOCK_WRITE_RELEASE => "rwlock_write_release",
     RWLOCK_REPAIR => "rwlock_repair",
     RWLOCK_WRITER_LEAVE => "rwlock_writer_leave",
-    FAIR_ACQUIRE => "fair_acquire",
+    FAIR_ACQUIRE => "fair_acquire" ["presence"],
     FAIR_RELEASE => "fair_release",
     FAIR_LEAVE => "fair_leave",
     LATCH_TRY_SET => "latch_try_set",
@@ -153,6 +157,7 @@ scripts! {
     REVOKE => "revoke",
     CLIENT_IDENTITY => "client_identity",
     CLIENT_BEAT => "client_beat",
+    PRESENCE_CONFIRM => "presence_confirm",
 }
 
 /// One invocation of a script: its keys, then its arguments.

@@ -17,6 +17,7 @@ use crate::connection::on_own_connection;
 use crate::lease::Lease;
 use crate::map::Map;
 use crate::names;
+use crate::presence::doubt::Doubt;
 use crate::script::{Executor, LOCK_RENEW, LuaScript, PERMIT_RENEW, RWLOCK_READ_RENEW, ScriptCall};
 use crate::slots::key_slot;
 
@@ -74,6 +75,12 @@ impl RenewTarget {
             RenewTarget::ReadHolds { .. } => &RWLOCK_READ_RENEW,
             RenewTarget::Permits { .. } => &PERMIT_RENEW,
         }
+    }
+
+    /// Whether another client may take this hold over when this client's presence is found
+    /// gone (see [`presence`](crate::presence)): a lock's, not permits.
+    pub(crate) fn may_be_taken_over(&self) -> bool {
+        !matches!(self, RenewTarget::Permits { .. })
     }
 
     /// What marks this hold in the object's revocation requests: the hash field (the owner, or
@@ -201,6 +208,9 @@ impl Shared {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     lease: Duration,
+    /// The client's presence, when it has one: while it is in doubt past its deadline a hold
+    /// that may be taken over is lost as soon as it is taken.
+    doubt: Option<Arc<Doubt>>,
 }
 
 impl Watchdog {
@@ -210,6 +220,7 @@ impl Watchdog {
         shutdown: watch::Receiver<()>,
         runtime: &tokio::runtime::Handle,
         identity: Option<Arc<crate::identity::Own>>,
+        doubt: Option<Arc<Doubt>>,
     ) -> Self {
         let shared = Arc::new(Shared::default());
         let changes = executor.connection_changes();
@@ -228,7 +239,28 @@ impl Watchdog {
             shutdown,
             changes,
         )));
-        Watchdog { shared, lease }
+        Watchdog {
+            shared,
+            lease,
+            doubt,
+        }
+    }
+
+    /// What the presence task calls while in doubt past its deadline: counts every hold that
+    /// another client may take over (a lock's, not permits) lost; answers how many it marked.
+    pub(crate) fn loser(&self) -> impl Fn() -> usize + Send + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || shared.upgrade().map_or(0, |shared| lose_takeovers(&shared))
+    }
+
+    /// Whether the client holds anything the watchdog keeps, for the presence task.
+    pub(crate) fn holding(&self) -> impl Fn() -> bool + Send + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            shared
+                .upgrade()
+                .is_some_and(|shared| !shared.registry().entries.is_empty())
+        }
     }
 
     /// The lease the watchdog keeps: the client's watchdog timeout.
@@ -244,6 +276,10 @@ impl Watchdog {
             Watch::Renew => renewal.lease.granted_at() + self.lease / 3,
             Watch::Check => renewal.lease.granted_at() + NOT_DUE,
         };
+        if self.doubt.as_ref().is_some_and(|d| d.past()) && renewal.target.may_be_taken_over() {
+            // Another client may take it over at any moment: its holder must not count on it.
+            renewal.lease.mark_lost();
+        }
         let entry = Entry {
             renewal: Arc::new(renewal),
             next_due,
@@ -490,6 +526,30 @@ fn found_gone(shared: &Shared, id: u64, renewal: &Arc<Renewal>) {
         renewal.lease.mark_lost();
         registry.entries.remove(&id);
     }
+}
+
+/// Counts every hold another client may take over lost (see [`Watchdog::loser`]).
+fn lose_takeovers(shared: &Shared) -> usize {
+    let mut registry = shared.registry();
+    let mut lost = 0;
+    registry.entries.retain(|_, entry| {
+        let renewal = &entry.renewal;
+        if !renewal.target.may_be_taken_over() {
+            return true;
+        }
+        if !renewal.lease.is_lost() {
+            crate::observe::lease_lost(
+                &renewal.labels,
+                renewal.target.key(),
+                crate::observe::Lost::Expired,
+                None,
+            );
+            renewal.lease.mark_lost();
+            lost += 1;
+        }
+        false
+    });
+    lost
 }
 
 /// Makes every renewed lease due now; returns whether there is any. (Fixed leases are looked

@@ -1,0 +1,306 @@
+//! Presence: how a holder whose process died frees its locks in seconds rather than at the end
+//! of its lease.
+//!
+//! Each client keeps a connection of its own subscribed to `ferrisson_presence:{<id>}`, and says
+//! in its identity (field `presence_grace_ms`) how long after that channel is found without a
+//! subscriber its holds may be taken over. When a process dies on a live machine (`kill -9`, an
+//! OOM kill, an abort) the kernel closes its connections at once and Redis drops the
+//! subscription with them. A waiter that has waited [`POLL`] asks, in its acquire script,
+//! whether the holder is such a client and whether its channel is empty (`lua/presence.lua`):
+//! the first to find it empty marks the time in the identity, and the first to find it still
+//! empty a grace later takes the hold over. Whoever finds the channel subscribed clears the
+//! mark, and so does the client itself, every [`CONFIRM_EVERY`] while it holds anything
+//! (`lua/presence_confirm.lua`).
+//!
+//! The holder's side: nothing can be taken over before the grace has passed since the last
+//! confirmation that found the subscription, since that confirmation cleared every earlier
+//! mark. So while the client cannot tell that its subscription stands (the connection dropped,
+//! or was made anew and not yet confirmed, or a confirmation found no subscriber or a server
+//! that is no master) it counts every hold that may be taken over (locks, not permits) lost a
+//! grace after the last such confirmation was sent, less the clocks' margin (1% and 2 ms, as
+//! for a lease; see [`Doubt`]). A Redis that is paused, or a runtime that is blocked, drops no
+//! connection: neither costs a hold. A machine that is lost or cut off sends no FIN, so Redis
+//! keeps the subscription and its holds keep the lease rule.
+//!
+//! Only on one server (alone, or a sentinel's master): a cluster counts subscribers per node,
+//! so there the lease rules. Holds of clients without presence (another library's, a client
+//! with identities or presence turned off, one whose ACL user may not subscribe its channel)
+//! keep the lease rule too.
+
+pub(crate) mod doubt;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::outage::{Outage, Peer};
+use crate::script::{Executor, PRESENCE_CONFIRM, ScriptCall};
+use crate::topology::Target;
+pub(crate) use doubt::Doubt;
+
+/// How long after a client's channel is found empty its holds may be taken over, by default.
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+
+/// A waiter asks whether the holder is gone once it has waited this long, and again this often
+/// while the holder's channel has a subscriber.
+pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// How often a client that holds something confirms its presence.
+const CONFIRM_EVERY: Duration = Duration::from_millis(500);
+
+/// How often a client that holds nothing confirms it (a hold it takes is safe as long as its
+/// connection stays up since the last confirmation; this catches a connection the server
+/// closed without the client hearing of it).
+const CONFIRM_IDLE: Duration = Duration::from_secs(5);
+
+tokio::task_local! {
+    /// When the wait an acquisition belongs to began, when that is before the acquisition (a
+    /// RedLock's rounds, each one try on every instance).
+    static WAITING_SINCE: Instant;
+}
+
+/// Runs `work`, an acquisition that belongs to a wait that began at `since`.
+pub(crate) async fn waiting_since<F: Future>(since: Instant, work: F) -> F::Output {
+    WAITING_SINCE.scope(since, work).await
+}
+
+/// When the wait the acquisition under way belongs to began, if before it (see
+/// [`waiting_since`]).
+pub(crate) fn waited_since() -> Option<Instant> {
+    WAITING_SINCE.try_with(|since| *since).ok()
+}
+
+/// The channel whose subscriber says client `id` is alive.
+pub(crate) fn channel(id: Uuid) -> String {
+    format!("ferrisson_presence:{{{id}}}")
+}
+
+/// The presence connection: subscribed to the client's channel.
+struct Link {
+    /// Kept: the connection lives while both halves do.
+    _sink: PubSubSink,
+    stream: PubSubStream,
+}
+
+impl Link {
+    async fn open(target: &Target, channel: &str) -> redis::RedisResult<Link> {
+        let client = target
+            .pubsub_client()
+            .await?
+            .ok_or_else(|| std::io::Error::other("presence needs one server"))?;
+        let (mut sink, stream) = client.get_async_pubsub().await?.split();
+        sink.subscribe(channel).await?;
+        Ok(Link {
+            _sink: sink,
+            stream,
+        })
+    }
+
+    /// Resolves when the connection is gone (nothing is ever published on the channel).
+    async fn closed(link: &mut Option<Link>) {
+        match link {
+            None => std::future::pending().await,
+            Some(link) => while link.stream.next().await.is_some() {},
+        }
+    }
+}
+
+/// What the presence task needs besides the client's own parts.
+pub(crate) struct Setup {
+    pub(crate) target: Target,
+    pub(crate) executor: Executor,
+    pub(crate) id: Uuid,
+    /// The identity's key (the confirmations clear marks there).
+    pub(crate) identity: String,
+    pub(crate) grace: Duration,
+    pub(crate) peer: Peer,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// A started presence: subscribed and confirmed once; the task keeps it.
+pub(crate) struct Started {
+    link: Link,
+    doubt: Arc<Doubt>,
+}
+
+impl Started {
+    pub(crate) fn doubt(&self) -> &Arc<Doubt> {
+        &self.doubt
+    }
+}
+
+/// Subscribes the client's channel on a connection of its own and confirms it once, before the
+/// client announces its presence (the confirmation's sending is where the first grace counts
+/// from). An error leaves the client without presence: its holds keep the lease rule.
+pub(crate) async fn start(setup: &Setup) -> Result<Started> {
+    let channel = channel(setup.id);
+    let link = crate::deadline::capped(
+        setup.connection_timeout + setup.response_timeout,
+        Link::open(&setup.target, &channel),
+    )
+    .await
+    .map_err(Error::Redis)?;
+    let sent = Instant::now();
+    match confirm(setup, &channel).await? {
+        0 => Err(Error::unexpected(
+            "the presence channel had no subscriber right after it was subscribed",
+        )),
+        _ => Ok(Started {
+            link,
+            doubt: Arc::new(Doubt::new(setup.grace, sent)),
+        }),
+    }
+}
+
+/// One confirmation: the subscribers of `channel` on the master (a mark is cleared when there
+/// is one).
+async fn confirm(setup: &Setup, channel: &str) -> Result<i64> {
+    let call = ScriptCall::new(&PRESENCE_CONFIRM)
+        .key(&setup.identity)
+        .arg(channel);
+    // Clears what one call would: sent again as a read is.
+    setup.executor.run_read(&call, &setup.identity).await
+}
+
+/// Whether an error is the server's answer (a replica's READONLY, a refusal) rather than no
+/// answer (a timeout, a cut connection: a paused or restarting server, which takes nothing
+/// over meanwhile).
+fn answered(e: &Error) -> bool {
+    match e {
+        Error::Redis(e) => e.code().is_some(),
+        Error::PermissionDenied { .. } | Error::WrongType { .. } | Error::UnexpectedReply(_) => {
+            true
+        }
+        _ => false,
+    }
+}
+
+type Confirming = Pin<Box<dyn Future<Output = (Instant, u64, Result<i64>)> + Send>>;
+
+/// Keeps the presence: reconnects and resubscribes when the connection drops, confirms, and
+/// while in doubt past [`Doubt::safe_until`] has `lose` count every hold that may be taken over
+/// lost (it answers how many it marked). `holding` says whether the client holds anything.
+pub(crate) async fn keep(
+    setup: Setup,
+    started: Started,
+    holding: impl Fn() -> bool + Send + 'static,
+    lose: impl Fn() -> usize + Send + 'static,
+    mut shutdown: watch::Receiver<()>,
+) {
+    let setup = Arc::new(setup);
+    let channel: Arc<str> = channel(setup.id).into();
+    let doubt = started.doubt;
+    let mut link = Some(started.link);
+    let outage = Outage::new("presence", setup.peer.clone());
+    // Which connection the last confirmation that found the subscription was sent on; a new
+    // connection is in doubt until one is confirmed on it.
+    let mut generation = 0u64;
+    let mut confirmed_on = Some(0u64);
+    // The last confirmation found the channel empty, or a server that is no master.
+    let mut refuted = false;
+    let mut confirming: Option<Confirming> = None;
+    let mut last_sent = Instant::now();
+    let mut reported = false;
+    loop {
+        let in_doubt = link.is_none() || confirmed_on != Some(generation) || refuted;
+        doubt.set_doubt(in_doubt);
+        if in_doubt && Instant::now() >= doubt.safe_until() {
+            let lost = lose();
+            if lost > 0 || !reported {
+                reported = true;
+                tracing::warn!(
+                    lost,
+                    "this client could not confirm its presence within the takeover grace: its \
+                     lock holds may be taken over, so they are counted lost"
+                );
+            }
+        } else if !in_doubt {
+            reported = false;
+        }
+        let every = if holding() {
+            CONFIRM_EVERY
+        } else {
+            CONFIRM_IDLE
+        };
+        let fresh = link.is_some() && confirmed_on != Some(generation);
+        if confirming.is_none() && (fresh || last_sent.elapsed() >= every) {
+            last_sent = Instant::now();
+            let (setup, channel, on) = (setup.clone(), channel.clone(), generation);
+            confirming = Some(Box::pin(async move {
+                let sent = Instant::now();
+                (sent, on, confirm(&setup, &channel).await)
+            }));
+        }
+        // Up for the next confirmation (at the cadence of a client that holds something: a
+        // hold taken meanwhile is confirmed as often from then on), and in doubt for the
+        // deadline (which must be met within its margin: a timer is late by a millisecond or so).
+        let mut wake_at = (last_sent + every).min(Instant::now() + CONFIRM_EVERY);
+        // Past it, a hold taken is born lost (see `Watchdog::watch`): nothing to wake for.
+        if in_doubt && doubt.safe_until() > Instant::now() {
+            wake_at = wake_at.min(doubt.safe_until());
+        }
+        let reconnect_due = link.is_none();
+        let pause = outage.wait().unwrap_or(Duration::ZERO);
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            () = Link::closed(&mut link) => {
+                outage.lost(&"the presence connection was closed");
+                link = None;
+            }
+            (sent, on, answer) = async {
+                match confirming.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                confirming = None;
+                match answer {
+                    Ok(n) if n > 0 => {
+                        doubt.confirmed(sent);
+                        refuted = false;
+                        if link.is_some() && on == generation {
+                            confirmed_on = Some(on);
+                        }
+                    }
+                    Ok(_) => {
+                        tracing::warn!("redis has no subscriber on this client's presence channel; subscribing again");
+                        refuted = true;
+                        link = None;
+                    }
+                    Err(e) if answered(&e) => {
+                        tracing::warn!(error = %e, "this client's presence was not confirmed");
+                        refuted = true;
+                    }
+                    // No answer: a paused or restarting server takes nothing over meanwhile.
+                    Err(_) => {}
+                }
+            }
+            () = tokio::time::sleep(pause), if reconnect_due => {
+                match crate::deadline::capped(
+                    setup.connection_timeout + setup.response_timeout,
+                    Link::open(&setup.target, &channel),
+                ).await {
+                    Ok(new) => {
+                        outage.opened();
+                        generation += 1;
+                        link = Some(new);
+                    }
+                    Err(e) => {
+                        outage.failed(&e);
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
+    }
+}

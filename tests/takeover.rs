@@ -1,0 +1,301 @@
+//! A killed holder's locks are taken over within seconds, not at the end of its lease: the
+//! kernel closes a dead process's connections, Redis drops its presence subscription, and a
+//! waiter that finds it gone for the grace (2 s by default) takes the hold over. Nothing else
+//! frees a hold early: a paused Redis, a stopped holder process, dropped connections that come
+//! back, and a holder that cannot come back is told `lost()` before its hold is taken.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{HolderProcess, RedisServer, client};
+
+/// The default watchdog timeout: what a killed holder cost before.
+const LEASE_MS: u64 = 30_000;
+
+/// The target: another client has the lock within this of the holder's death.
+const TAKEOVER: Duration = Duration::from_secs(3);
+
+/// What a waiter in this process takes while a child process of `kind` holds `name`.
+async fn wait_for(client: &ferrisson::Client, kind: &str, name: &str) -> ferrisson::Result<u64> {
+    let guard = match kind {
+        "lock" => client.get_lock(name).lock().await?,
+        "fair" => client.get_fair_lock(name).lock().await?,
+        // A read hold keeps a writer out, and a write hold a reader.
+        "read" => client.get_read_write_lock(name).write_lock().lock().await?,
+        "write" => client.get_read_write_lock(name).read_lock().lock().await?,
+        "prefer-write" => {
+            client
+                .get_read_write_lock_with(name, ferrisson::RwPolicy::PreferWriters)
+                .read_lock()
+                .lock()
+                .await?
+        }
+        other => panic!("no waiter for {other}"),
+    };
+    let token = guard.fencing_token();
+    guard.unlock().await?;
+    Ok(token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_of_every_kind_is_taken_over_within_3s() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut report = Vec::new();
+    for kind in ["lock", "fair", "read", "write"] {
+        let name = format!("killed:{kind}");
+        let mut holder = HolderProcess::spawn(&server, &name, LEASE_MS, kind);
+        let held = holder.locked(Duration::from_secs(10)).await;
+        let waiter = {
+            let (client, kind, name) = (client.clone(), kind.to_owned(), name.clone());
+            tokio::spawn(async move { wait_for(&client, &kind, &name).await })
+        };
+        // The waiter waits a while first, as one would.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !waiter.is_finished(),
+            "{kind}: the waiter got in beside a live holder"
+        );
+        holder.kill().await;
+        let killed = Instant::now();
+        let token = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{kind}: not taken over within 10 s"))
+            .unwrap()
+            .unwrap();
+        let took = killed.elapsed();
+        assert!(token > held, "{kind}: a new token ({token} after {held})");
+        assert!(took < TAKEOVER, "{kind}: taken over after {took:?}");
+        report.push(format!("{kind} {took:?}"));
+    }
+    eprintln!("taken over after a kill -9: {}", report.join(", "));
+}
+
+/// The holders that take part beside a lock: a blocking API holder, a RedLock over three
+/// servers (each instance's hold taken over by a RedLock waiter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_blocking_holder_and_a_killed_redlock_holder_are_taken_over_within_3s() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let client = client(&servers[0]).await;
+    // The blocking API: the hold is the client thread's, the process is one like any other.
+    let mut holder = HolderProcess::spawn(&servers[0], "killed:blocking", LEASE_MS, "blocking");
+    holder.locked(Duration::from_secs(10)).await;
+    let lock = client.get_lock("killed:blocking");
+    let waiter = tokio::spawn(async move { lock.lock().await.map(|g| g.fencing_token()) });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    holder.kill().await;
+    let killed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    let blocking = killed.elapsed();
+    assert!(
+        blocking < TAKEOVER,
+        "blocking: taken over after {blocking:?}"
+    );
+
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut holder =
+        HolderProcess::spawn_url(&urls.join(","), "killed:redlock", LEASE_MS, "redlock");
+    holder.locked(Duration::from_secs(10)).await;
+    let mut clients = Vec::new();
+    for server in &servers {
+        clients.push(support::client(server).await);
+    }
+    let waiter = tokio::spawn(async move {
+        let locks = clients.iter().map(|c| c.get_lock("killed:redlock"));
+        let redlock = ferrisson::RedLock::new(locks).instance_timeout(Duration::from_millis(250));
+        redlock
+            .lock()
+            .await
+            .map(|guard| guard.fencing_tokens().len())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the RedLock got in beside a live holder"
+    );
+    holder.kill().await;
+    let killed = Instant::now();
+    let parts = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    let redlock = killed.elapsed();
+    assert!(parts >= 2, "{parts} parts");
+    assert!(redlock < TAKEOVER, "redlock: taken over after {redlock:?}");
+    eprintln!("taken over after a kill -9: blocking {blocking:?}, redlock {redlock:?}");
+}
+
+/// A live holder waits for: its lock is not taken while it lives, and it is not told lost.
+async fn assert_kept(
+    holder: &mut HolderProcess,
+    waiter: &tokio::task::JoinHandle<ferrisson::Result<u64>>,
+    what: &str,
+) {
+    assert!(
+        !waiter.is_finished(),
+        "{what}: the waiter took a live holder's lock"
+    );
+    // The holder exits (code 3) when told its hold is lost.
+    let exited = tokio::time::timeout(
+        Duration::from_millis(100),
+        holder.exit_code(Duration::from_secs(3600)),
+    );
+    assert!(
+        exited.await.is_err(),
+        "{what}: the holder was told its hold is lost"
+    );
+}
+
+/// Redis paused for 20 s (SIGSTOP): nobody can take anything over meanwhile, and no connection
+/// drops. The holder keeps its lock, and after the pause the waiter still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_paused_for_20s_costs_the_holder_nothing() {
+    let server = RedisServer::start();
+    let client = support::builder(&server)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let mut holder = HolderProcess::spawn(&server, "paused:redis", LEASE_MS, "lock");
+    holder.locked(Duration::from_secs(10)).await;
+    // A waiter that asks again when a call fails (no answer while Redis is paused).
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                match wait_for(&client, "lock", "paused:redis").await {
+                    Err(e) if !matches!(e, ferrisson::Error::WrongType { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    done => return done,
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    server.resume();
+    // The waiter looks again and again after the pause; the holder confirms.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_kept(&mut holder, &waiter, "paused redis").await;
+    // And it is still a holder whose death frees the lock in seconds.
+    holder.kill().await;
+    let killed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    assert!(killed.elapsed() < TAKEOVER, "after {:?}", killed.elapsed());
+}
+
+/// A holder process stopped (SIGSTOP, as a runtime that does not run): its connections stay
+/// open, so its presence stands, and it keeps its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_holder_process_keeps_its_lock() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut holder = HolderProcess::spawn(&server, "stopped:holder", LEASE_MS, "lock");
+    holder.locked(Duration::from_secs(10)).await;
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { wait_for(&client, "lock", "stopped:holder").await })
+    };
+    holder.stop();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took a stopped holder's lock"
+    );
+    holder.resume();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_kept(&mut holder, &waiter, "stopped holder").await;
+}
+
+/// The server closes the holder's pub/sub connections again and again (`CLIENT KILL TYPE
+/// pubsub`); each comes back at once. The holder keeps its lock and is never told lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_drop_and_come_back_cost_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut holder = HolderProcess::spawn(&server, "dropped:holder", LEASE_MS, "lock");
+    holder.locked(Duration::from_secs(10)).await;
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { wait_for(&client, "lock", "dropped:holder").await })
+    };
+    let mut raw = server.raw().await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(killed >= 1, "the presence connection was killed");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_kept(&mut holder, &waiter, "dropped connections").await;
+}
+
+/// A holder cut off for good (its connections reset, new ones refused) cannot confirm its
+/// presence: it is told its hold is lost before the waiter, which finds it gone, gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_hears_lost_before_its_lock_is_taken_over() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let proxy = support::Proxy::start(server.port()).await;
+    let cut_off = support::builder_for(&proxy.url()).build().await.unwrap();
+    let guard = cut_off.get_lock("cut:holder").lock().await.unwrap();
+    let lost = tokio::spawn(async move {
+        guard.lost().await;
+        Instant::now()
+    });
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client.get_lock("cut:holder").lock().await?;
+            Ok::<_, ferrisson::Error>(Instant::now()).inspect(|_| drop(guard))
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set(support::Mode::Reset);
+    let cut = Instant::now();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .expect("the holder was told")
+        .unwrap();
+    eprintln!(
+        "cut off: told lost after {:?}, taken over after {:?}",
+        lost - cut,
+        granted - cut
+    );
+    assert!(
+        lost < granted,
+        "told lost {:?} after the takeover",
+        lost - granted
+    );
+    assert!(
+        granted - cut < Duration::from_secs(4),
+        "taken over after {:?}",
+        granted - cut
+    );
+}
