@@ -174,7 +174,7 @@ if redis.call('exists', KEYS[1]) == 1 then
   end
   local pttl = redis.call('pttl', KEYS[1])
   -- The hash has one field: its holder.
-  local gone = ARGV[8] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[8]))
+  local gone = ARGV[8] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[8]), owner)
   if gone ~= 0 then
     if gone and (pttl == -1 or gone < pttl) then
       pttl = gone

@@ -64,7 +64,7 @@ if pttl ~= -2 then
       return {4, 0}
     end
     -- An RLock's hash has one field: its holder.
-    local gone = ARGV[6] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[6]))
+    local gone = ARGV[6] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[6]), ARGV[1])
     if gone == 0 then
       -- The holder's process is gone: its hold is taken over (a grant below).
       redis.call('del', KEYS[1])

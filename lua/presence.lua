@@ -1,4 +1,4 @@
--- holder_gone(owner, poll): put before the acquire scripts (see src/presence.rs). Whether a hold
+-- holder_gone(owner, poll, me): put before the acquire scripts (see src/presence.rs). Whether a hold
 -- of `owner` (a field '<client uuid>:<n>', or '<client uuid>:<n>:write') that keeps the caller
 -- out belongs to a ferrisson client whose process is gone, so that the hold may be taken over
 -- instead of waiting out its lease.
@@ -18,13 +18,14 @@
 -- sentinel's master) only, never on a cluster, where channels are counted per node. A caller
 -- whose ACL user may not read or write the identity gets nil (the lease rule).
 --
--- Returns nil when the owner is no such client (another library's, or one without presence):
--- its lease rules. Else how many ms until the caller should look again: 0 when the hold may be
+-- Returns nil when the owner is no such client (another library's, or one without presence),
+-- or a client of the caller's own (`me`, the caller's owner name): its lease rules. Else how many ms until the caller should look again: 0 when the hold may be
 -- taken over now; the rest of the grace when the channel is empty; `poll` while it has a
 -- subscriber.
-local function holder_gone(owner, poll)
+local function holder_gone(owner, poll, me)
   local id = string.match(owner, '^(%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x):')
-  if not id then
+  -- The caller's own client holds it: alive, whatever its channel says.
+  if not id or id == string.sub(me, 1, 36) then
     return nil
   end
   local identity = 'ferrisson_client:{' .. id .. '}'

@@ -60,7 +60,7 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   local writer = ARGV[5] and write_field(KEYS[1])
   -- The prefix of every owner's timeout keys: this owner's, less ':<owner>:rwlock_timeout'.
   local base = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1] - 16)
-  local gone = writer and rw_holder_gone(KEYS[1], base, writer, tonumber(ARGV[5]))
+  local gone = writer and rw_holder_gone(KEYS[1], base, writer, tonumber(ARGV[5]), ARGV[1])
   if gone ~= 0 then
     if gone and (pttl == -1 or gone < pttl) then
       pttl = gone

@@ -151,7 +151,7 @@ if ARGV[8] and mode and (mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[
   -- A holder whose lease rules (nil): the lock's TTL tells when to look again.
   local leased = false
   for _, field in ipairs(holders) do
-    local gone = rw_holder_gone(KEYS[1], ARGV[4], field, poll)
+    local gone = rw_holder_gone(KEYS[1], ARGV[4], field, poll, ARGV[3])
     if gone == nil then
       leased = true
     elseif gone > 0 then

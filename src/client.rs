@@ -468,14 +468,23 @@ impl Client {
             peer.clone(),
             thread.handle(),
         );
+        // Told when the sentinels name a new master, as the hub is.
+        let moved = Arc::new(tokio::sync::Notify::new());
         if let Some(sentinels) = target.sentinels() {
+            let reconnect_hub = hub.reconnector();
             let follow = crate::topology::follow_master(
                 sentinels.clone(),
                 {
                     let executor = executor.clone();
                     move || executor.reopen()
                 },
-                hub.reconnector(),
+                {
+                    let moved = moved.clone();
+                    move || {
+                        reconnect_hub();
+                        moved.notify_one();
+                    }
+                },
                 shutdown_rx.clone(),
             );
             thread.handle().spawn(follow);
@@ -484,7 +493,6 @@ impl Client {
             (Some(grace), Some(own)) => {
                 let setup = crate::presence::Setup {
                     target: target.clone(),
-                    executor: executor.clone(),
                     id,
                     identity: crate::identity::key(id),
                     grace,
@@ -512,6 +520,7 @@ impl Client {
                 started,
                 watchdog.holding(),
                 watchdog.loser(),
+                moved,
                 shutdown_rx,
             );
             thread

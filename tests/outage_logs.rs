@@ -185,8 +185,10 @@ async fn a_three_second_outage_logs_once_per_connection_and_says_when_it_is_back
             "{count} WARN lines about {connection} in a 3 s outage"
         );
     }
+    // Each client has four connections (command, background, pub/sub, presence), and the
+    // holder counts its hold lost once.
     assert!(
-        total <= 8,
+        total <= 10,
         "{total} WARN lines in a 3 s outage: {warnings:?}"
     );
     let back = back(&lines);
@@ -290,8 +292,10 @@ async fn a_frozen_server_logs_once_per_connection_and_says_when_it_is_back() {
             "{count} WARN lines about {connection} in a 3 s freeze"
         );
     }
+    // Each client has four connections (command, background, pub/sub, presence), and the
+    // holder counts its hold lost once.
     assert!(
-        total <= 8,
+        total <= 10,
         "{total} WARN lines in a 3 s freeze: {warnings:?}"
     );
     assert!(
@@ -350,7 +354,10 @@ async fn reconnections_back_off_while_the_server_refuses() {
     tokio::time::sleep(window).await;
     let attempts = proxy.accepted() - before;
     proxy.set(Mode::Pass);
-    let allowed = 2 * attempts_allowed(window);
+    // The background and pub/sub connections; and the presence connection, which tries every
+    // 100 ms within the takeover grace (2 s: its holds are at stake), then backs off too.
+    let grace = Duration::from_secs(2);
+    let allowed = 2 * attempts_allowed(window) + 20 + attempts_allowed(window - grace);
     eprintln!("{attempts} connection attempts in {window:?}; the backoff allows {allowed}");
     assert!(
         attempts <= allowed,

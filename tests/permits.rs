@@ -223,8 +223,11 @@ async fn a_release_after_the_lease_ran_out_reports_the_loss() {
 async fn the_watchdog_renews_permits_in_batches() {
     const GUARDS: usize = 250;
     let server = RedisServer::start();
+    // Without takeover, whose presence confirmations (two a second while the client holds
+    // anything) would count among the renewals.
     let client = builder(&server)
         .watchdog_timeout(Duration::from_millis(3_000))
+        .takeover_grace(None)
         .build()
         .await
         .unwrap();
@@ -254,7 +257,9 @@ async fn the_watchdog_renews_permits_in_batches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_wakes_when_the_first_permit_out_expires() {
     let server = RedisServer::start();
-    let holder = client(&server).await;
+    // Without takeover: the holder's presence confirmations would count among the waiter's
+    // calls.
+    let holder = builder(&server).takeover_grace(None).build().await.unwrap();
     let held = holder.get_permit_expirable_semaphore("slots");
     assert!(held.try_set_permits(1).await.unwrap());
     // Never released: it comes back when its lease runs out, with no message.

@@ -284,10 +284,11 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
                     .query_async(&mut raw)
                     .await
                     .unwrap();
-                connections(list) == before + 3
+                connections(list) == before + 4
             })
             .await,
-            "the callers' and the background work's command connections, and one pub/sub connection"
+            "the callers' and the background work's command connections, one pub/sub connection \
+             and the presence connection"
         );
         guard.unlock().await.unwrap();
     }

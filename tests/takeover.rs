@@ -299,3 +299,168 @@ async fn a_holder_cut_off_hears_lost_before_its_lock_is_taken_over() {
         granted - cut
     );
 }
+
+/// Sends `signal` to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("the kill command runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Every way a process ends without giving its holds back, measured from the moment it ended
+/// to another process's grant: the kernel closes its connections either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hard_end_of_a_holder_frees_its_lock_within_3s() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut report = Vec::new();
+    for end in ["SIGKILL", "SIGTERM", "SIGINT", "abort"] {
+        let name = format!("ended:{end}");
+        let kind = if end == "abort" {
+            "abort-holding"
+        } else {
+            "lock"
+        };
+        let mut holder = HolderProcess::spawn(&server, &name, LEASE_MS, kind);
+        holder.locked(Duration::from_secs(10)).await;
+        let waiter = {
+            let (client, name) = (client.clone(), name.clone());
+            tokio::spawn(async move { wait_for(&client, "lock", &name).await })
+        };
+        if end != "abort" {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            signal(holder.pid().expect("it runs"), &format!("-{}", &end[3..]));
+        }
+        // Nothing installed: the default action of each ends the process at once.
+        let code = holder.exit_code(Duration::from_secs(5)).await;
+        assert_eq!(code, None, "{end}: ended by a signal, not an exit");
+        let ended = Instant::now();
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{end}: not taken over within 10 s"))
+            .unwrap()
+            .unwrap();
+        let took = ended.elapsed();
+        assert!(took < TAKEOVER, "{end}: taken over after {took:?}");
+        report.push(format!("{end} {took:?}"));
+    }
+    eprintln!("taken over after the holder's end: {}", report.join(", "));
+}
+
+/// A holder cut off without a FIN (a lost machine, a cut network: here a proxy that holds every
+/// byte back and keeps the connections open): Redis still sees its subscription, so nothing is
+/// taken over early; its lease frees the lock, as before, and it is told lost first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_without_a_fin_keeps_the_lease_rule() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let proxy = support::Proxy::start(server.port()).await;
+    let lease = Duration::from_secs(5);
+    let cut_off = support::builder_for(&proxy.url())
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
+    let guard = cut_off.get_lock("blackholed").lock().await.unwrap();
+    let lost = tokio::spawn(async move {
+        guard.lost().await;
+        Instant::now()
+    });
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client.get_lock("blackholed").lock().await?;
+            Ok::<_, ferrisson::Error>(Instant::now()).inspect(|_| drop(guard))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set(support::Mode::Blackhole);
+    let cut = Instant::now();
+    let granted = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("freed by the lease")
+        .unwrap()
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(1), lost)
+        .await
+        .expect("the holder was told")
+        .unwrap();
+    eprintln!(
+        "cut off without a FIN: told lost after {:?}, granted after {:?}",
+        lost - cut,
+        granted - cut
+    );
+    assert!(
+        lost < granted,
+        "told lost {:?} after the grant",
+        lost - granted
+    );
+    // The lease (5 s) counts from the last renewal, up to a third of it before the cut.
+    assert!(
+        granted - cut > lease / 2,
+        "freed early, after {:?}",
+        granted - cut
+    );
+}
+
+/// A Redis restart quicker than the grace (SIGKILL, then the same server back with its AOF):
+/// the holder's connections drop and come back, and it keeps its lock; nobody took it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_within_the_grace_costs_the_holder_nothing() {
+    let mut server = RedisServer::start_persistent();
+    let client = client(&server).await;
+    let mut holder = HolderProcess::spawn(&server, "restarted", LEASE_MS, "lock");
+    holder.locked(Duration::from_secs(10)).await;
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                match wait_for(&client, "lock", "restarted").await {
+                    Err(e) if !matches!(e, ferrisson::Error::WrongType { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    done => return done,
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let down = Instant::now();
+    server.restart_keeping_data();
+    eprintln!("redis was down for {:?}", down.elapsed());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_kept(&mut holder, &waiter, "a quick restart").await;
+}
+
+/// The holder's connections cut (reset, new ones refused) for 1.5 s, less than the grace, then
+/// back: it keeps its lock, and the waiter, which found it absent meanwhile, does not take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_for_less_than_the_grace_cost_nothing() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let proxy = support::Proxy::start(server.port()).await;
+    let holder = support::builder_for(&proxy.url()).build().await.unwrap();
+    let guard = holder.get_lock("cut:briefly").lock().await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { wait_for(&client, "lock", "cut:briefly").await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set(support::Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    proxy.set(support::Mode::Pass);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost(), "the holder was told its hold is lost");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took a live holder's lock"
+    );
+    guard.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

@@ -111,7 +111,8 @@ async fn a_waiter_still_acquires_when_its_subscription_connection_is_killed() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(killed, 1);
+    // The waiter's pub/sub connection, and both clients' presence connections.
+    assert_eq!(killed, 3);
     // The hub reconnects and subscribes again.
     assert!(
         eventually(Duration::from_secs(3), || async {

@@ -176,8 +176,8 @@ pub struct ClientBuilder {
     pub(crate) app_name: Option<String>,
     /// Set in `drain.rs`.
     pub(crate) drain_grace: Duration,
-    /// Set in `takeover.rs`.
-    takeover_grace: Option<Duration>,
+    /// Set in `takeover.rs`; `None`: not set (the default depends on `sync_replicas`).
+    takeover_grace: Option<Option<Duration>>,
 }
 
 impl Default for ClientBuilder {
@@ -206,7 +206,7 @@ impl Default for ClientBuilder {
             identity: true,
             app_name: None,
             drain_grace: crate::drain::DEFAULT_GRACE,
-            takeover_grace: Some(crate::presence::DEFAULT_GRACE),
+            takeover_grace: None,
         }
     }
 }
@@ -553,7 +553,14 @@ impl ClientBuilder {
                 )));
             }
         }
-        if let Some(g) = self.takeover_grace
+        // Replica-synced grants are there to survive a failover, which takeover would not let
+        // a hold do: off with them unless asked for.
+        let takeover_grace = match self.takeover_grace {
+            Some(grace) => grace,
+            None if self.sync_replicas.is_some() => None,
+            None => Some(crate::presence::DEFAULT_GRACE),
+        };
+        if let Some(g) = takeover_grace
             && (g < Duration::from_secs(1) || g > day)
         {
             return Err(Error::Config(format!(
@@ -591,9 +598,8 @@ impl ClientBuilder {
             )));
         }
         // Presence lives in the identity, and a cluster counts subscribers per node.
-        let takeover_grace = self
-            .takeover_grace
-            .filter(|_| self.identity && !matches!(topology, Topology::Cluster(_)));
+        let takeover_grace =
+            takeover_grace.filter(|_| self.identity && !matches!(topology, Topology::Cluster(_)));
         Ok(Config {
             url,
             topology,

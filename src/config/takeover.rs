@@ -14,17 +14,23 @@ impl ClientBuilder {
     /// closes its connections and Redis drops the subscription at once; a waiter that has
     /// waited half a second and finds the holder's channel still empty this long later takes
     /// the hold over. With the default of 2 s, another client has a dead holder's lock within
-    /// about 3 s. The holder, in turn, counts its holds lost (tells [`lost`]) this long after
-    /// its last confirmed presence, less a margin for the clocks, whenever it cannot tell that
-    /// its subscription stands: a connection that drops and comes back within about a second
-    /// costs nothing; one down for longer (a Redis restart that takes longer) costs the holds.
-    /// A Redis that is paused or a runtime that is blocked drops no connection and costs
-    /// nothing; a machine that is lost or cut off keeps the lease rule (no FIN reaches Redis).
+    /// about 2 s.
+    ///
+    /// The holder, in turn, counts its holds lost (tells [`lost`]) this long after its
+    /// presence was last confirmed, less a margin for the clocks, whenever it cannot tell that
+    /// its subscription stands. On one server a connection that drops and comes back within
+    /// the grace (a Redis restart that quick) costs nothing, one down for longer costs the
+    /// holds; behind sentinels the grace counts from the last confirmation (every half second),
+    /// so a failover that takes longer than about the grace costs them. A Redis that is paused
+    /// or a runtime that is blocked drops no connection and costs nothing; a machine that is
+    /// lost or cut off keeps the lease rule (no FIN reaches Redis).
     ///
     /// Needs the client's [`identity`](Self::identity), which says the grace; works on one
     /// server (alone, or a sentinel's master), not on a cluster, where it is off. Holds of
     /// clients without it (Java Redisson, an older ferrisson, identities off) keep the lease
-    /// rule. Permits keep their leases. Between 1 s and a day; default 2 s. See
+    /// rule, and so do permits. Between 1 s and a day; default 2 s, or off with
+    /// [`sync_replicas`](Self::sync_replicas), whose holds are meant to survive a failover
+    /// (set both to have both). See
     /// [what a death costs](crate::guide::lifecycle#what-a-death-costs).
     ///
     /// [`lost`]: crate::LockGuard::lost
@@ -42,7 +48,7 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn takeover_grace(mut self, grace: Option<Duration>) -> Self {
-        self.takeover_grace = grace;
+        self.takeover_grace = Some(grace);
         self
     }
 }

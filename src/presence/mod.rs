@@ -35,14 +35,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
+use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::outage::{Outage, Peer};
-use crate::script::{Executor, PRESENCE_CONFIRM, ScriptCall};
+use crate::script::PRESENCE_CONFIRM;
 use crate::topology::Target;
 pub(crate) use doubt::Doubt;
 
@@ -78,29 +78,49 @@ pub(crate) fn waited_since() -> Option<Instant> {
     WAITING_SINCE.try_with(|since| *since).ok()
 }
 
+/// How often the presence connection is tried again while the grace lasts (its holds are at
+/// stake; then it backs off as every connection does).
+const RETRY: Duration = Duration::from_millis(100);
+
 /// The channel whose subscriber says client `id` is alive.
 pub(crate) fn channel(id: Uuid) -> String {
     format!("ferrisson_presence:{{{id}}}")
 }
 
-/// The presence connection: subscribed to the client's channel.
+/// The presence connections: one subscribed to the client's channel, and one beside it, to
+/// the same server, for the confirmations, so that they never wait for the client's command
+/// connections to come back.
 struct Link {
     /// Kept: the connection lives while both halves do.
     _sink: PubSubSink,
     stream: PubSubStream,
+    commands: MultiplexedConnection,
 }
 
 impl Link {
-    async fn open(target: &Target, channel: &str) -> redis::RedisResult<Link> {
+    async fn open(
+        target: &Target,
+        channel: &str,
+        response_timeout: Duration,
+    ) -> redis::RedisResult<Link> {
         let client = target
             .pubsub_client()
             .await?
             .ok_or_else(|| std::io::Error::other("presence needs one server"))?;
-        let (mut sink, stream) = client.get_async_pubsub().await?.split();
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(response_timeout))
+            .set_connection_timeout(None);
+        let (pubsub, commands) = futures::future::try_join(
+            client.get_async_pubsub(),
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await?;
+        let (mut sink, stream) = pubsub.split();
         sink.subscribe(channel).await?;
         Ok(Link {
             _sink: sink,
             stream,
+            commands,
         })
     }
 
@@ -116,7 +136,6 @@ impl Link {
 /// What the presence task needs besides the client's own parts.
 pub(crate) struct Setup {
     pub(crate) target: Target,
-    pub(crate) executor: Executor,
     pub(crate) id: Uuid,
     /// The identity's key (the confirmations clear marks there).
     pub(crate) identity: String,
@@ -145,12 +164,12 @@ pub(crate) async fn start(setup: &Setup) -> Result<Started> {
     let channel = channel(setup.id);
     let link = crate::deadline::capped(
         setup.connection_timeout + setup.response_timeout,
-        Link::open(&setup.target, &channel),
+        Link::open(&setup.target, &channel, setup.response_timeout),
     )
     .await
     .map_err(Error::Redis)?;
     let sent = Instant::now();
-    match confirm(setup, &channel).await? {
+    match confirm(link.commands.clone(), &setup.identity, &channel).await? {
         0 => Err(Error::unexpected(
             "the presence channel had no subscriber right after it was subscribed",
         )),
@@ -161,14 +180,28 @@ pub(crate) async fn start(setup: &Setup) -> Result<Started> {
     }
 }
 
-/// One confirmation: the subscribers of `channel` on the master (a mark is cleared when there
-/// is one).
-async fn confirm(setup: &Setup, channel: &str) -> Result<i64> {
-    let call = ScriptCall::new(&PRESENCE_CONFIRM)
-        .key(&setup.identity)
+/// One confirmation over the presence connections: the subscribers of `channel` (a mark in
+/// the identity is cleared when there is one).
+async fn confirm(mut commands: MultiplexedConnection, identity: &str, channel: &str) -> Result<i64> {
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha
+        .arg(PRESENCE_CONFIRM.sha())
+        .arg(1)
+        .arg(identity)
         .arg(channel);
-    // Clears what one call would: sent again as a read is.
-    setup.executor.run_read(&call, &setup.identity).await
+    let answer = match evalsha.query_async(&mut commands).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            // An emptied script cache (a restart): the source, once.
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(PRESENCE_CONFIRM.source_for(false))
+                .arg(1)
+                .arg(identity)
+                .arg(channel);
+            eval.query_async(&mut commands).await
+        }
+        answer => answer,
+    };
+    answer.map_err(Error::Redis)
 }
 
 /// Whether an error is the server's answer (a replica's READONLY, a refusal) rather than no
@@ -185,20 +218,26 @@ fn answered(e: &Error) -> bool {
 }
 
 type Confirming = Pin<Box<dyn Future<Output = (Instant, u64, Result<i64>)> + Send>>;
+type Connecting = Pin<Box<dyn Future<Output = redis::RedisResult<Link>> + Send>>;
 
 /// Keeps the presence: reconnects and resubscribes when the connection drops, confirms, and
 /// while in doubt past [`Doubt::safe_until`] has `lose` count every hold that may be taken over
-/// lost (it answers how many it marked). `holding` says whether the client holds anything.
+/// lost (it answers how many it marked). `holding` says whether the client holds anything;
+/// `moved` is notified when the sentinels name a new master.
 pub(crate) async fn keep(
     setup: Setup,
     started: Started,
     holding: impl Fn() -> bool + Send + 'static,
     lose: impl Fn() -> usize + Send + 'static,
+    moved: Arc<tokio::sync::Notify>,
     mut shutdown: watch::Receiver<()>,
 ) {
     let setup = Arc::new(setup);
     let channel: Arc<str> = channel(setup.id).into();
     let doubt = started.doubt;
+    // On one server a closed connection tells when the absence may have begun; behind
+    // sentinels the master may have changed (see `Doubt::closed`).
+    let single = setup.target.sentinels().is_none();
     let mut link = Some(started.link);
     let outage = Outage::new("presence", setup.peer.clone());
     // Which connection the last confirmation that found the subscription was sent on; a new
@@ -208,6 +247,8 @@ pub(crate) async fn keep(
     // The last confirmation found the channel empty, or a server that is no master.
     let mut refuted = false;
     let mut confirming: Option<Confirming> = None;
+    let mut connecting: Option<Connecting> = None;
+    let mut last_attempt = Instant::now();
     let mut last_sent = Instant::now();
     let mut reported = false;
     loop {
@@ -215,9 +256,11 @@ pub(crate) async fn keep(
         doubt.set_doubt(in_doubt);
         if in_doubt && Instant::now() >= doubt.safe_until() {
             let lost = lose();
-            if lost > 0 || !reported {
+            if lost > 0 && !reported {
                 reported = true;
                 tracing::warn!(
+                    connection = "presence",
+                    client = %setup.id,
                     lost,
                     "this client could not confirm its presence within the takeover grace: its \
                      lock holds may be taken over, so they are counted lost"
@@ -232,12 +275,20 @@ pub(crate) async fn keep(
             CONFIRM_IDLE
         };
         let fresh = link.is_some() && confirmed_on != Some(generation);
-        if confirming.is_none() && (fresh || last_sent.elapsed() >= every) {
+        if confirming.is_none()
+            && (fresh || last_sent.elapsed() >= every)
+            && let Some(open) = &link
+        {
             last_sent = Instant::now();
             let (setup, channel, on) = (setup.clone(), channel.clone(), generation);
+            let commands = open.commands.clone();
             confirming = Some(Box::pin(async move {
                 let sent = Instant::now();
-                (sent, on, confirm(&setup, &channel).await)
+                (
+                    sent,
+                    on,
+                    confirm(commands, &setup.identity, &channel).await,
+                )
             }));
         }
         // Up for the next confirmation (at the cadence of a client that holds something: a
@@ -248,13 +299,44 @@ pub(crate) async fn keep(
         if in_doubt && doubt.safe_until() > Instant::now() {
             wake_at = wake_at.min(doubt.safe_until());
         }
-        let reconnect_due = link.is_none();
-        let pause = outage.wait().unwrap_or(Duration::ZERO);
+        // A new connection is opened beside the loop, which meanwhile keeps the deadline.
+        // Within the grace every RETRY (the holds are at stake), then as the backoff allows.
+        let pause = match outage.wait() {
+            Some(_) if in_doubt && doubt.safe_until() > Instant::now() => {
+                Some(RETRY.saturating_sub(last_attempt.elapsed())).filter(|p| !p.is_zero())
+            }
+            pause => pause,
+        };
+        if link.is_none() && connecting.is_none() && pause.is_none() {
+            last_attempt = Instant::now();
+            let (setup, channel) = (setup.clone(), channel.clone());
+            connecting = Some(Box::pin(async move {
+                crate::deadline::capped(
+                    setup.connection_timeout + setup.response_timeout,
+                    Link::open(&setup.target, &channel, setup.response_timeout),
+                )
+                .await
+            }));
+        }
+        if link.is_none()
+            && connecting.is_none()
+            && let Some(pause) = pause
+        {
+            wake_at = wake_at.min(Instant::now() + pause);
+        }
         tokio::select! {
             biased;
             _ = shutdown.changed() => return,
+            () = moved.notified() => {
+                // The sentinels name a new master: nobody is subscribed there yet.
+                tracing::debug!("the master moved; moving the presence connections");
+                doubt.refuted();
+                refuted = true;
+                link = None;
+            }
             () = Link::closed(&mut link) => {
                 outage.lost(&"the presence connection was closed");
+                doubt.closed(Instant::now(), single);
                 link = None;
             }
             (sent, on, answer) = async {
@@ -274,22 +356,27 @@ pub(crate) async fn keep(
                     }
                     Ok(_) => {
                         tracing::warn!("redis has no subscriber on this client's presence channel; subscribing again");
+                        doubt.refuted();
                         refuted = true;
                         link = None;
                     }
                     Err(e) if answered(&e) => {
                         tracing::warn!(error = %e, "this client's presence was not confirmed");
+                        doubt.refuted();
                         refuted = true;
                     }
                     // No answer: a paused or restarting server takes nothing over meanwhile.
                     Err(_) => {}
                 }
             }
-            () = tokio::time::sleep(pause), if reconnect_due => {
-                match crate::deadline::capped(
-                    setup.connection_timeout + setup.response_timeout,
-                    Link::open(&setup.target, &channel),
-                ).await {
+            opened = async {
+                match connecting.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                connecting = None;
+                match opened {
                     Ok(new) => {
                         outage.opened();
                         generation += 1;

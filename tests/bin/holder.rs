@@ -14,7 +14,7 @@
 //! guard alive (the last handle's drop flushes its release); `close-then-exit` drops its guard,
 //! calls `Client::close` and ends with `std::process::exit`. `blocking` takes the lock through
 //! `ferrisson::blocking` on a plain thread that then sleeps. `panic-holding` panics while it
-//! holds the lock. The signal kinds install ferrisson's handler before they lock:
+//! holds the lock; `abort-holding` aborts (as `panic = "abort"` would) 100 ms after it took it. The signal kinds install ferrisson's handler before they lock:
 //! `signal` and `blocking-signal` call `close_on_signal` (the process ends on SIGINT or
 //! SIGTERM); `on-signal` and `blocking-on-signal` call `on_signal`, print `SIGNALLED <signal>
 //! <lost|held>` once it resolves (whether the guard, still alive, was told its hold is gone),
@@ -113,6 +113,16 @@ async fn main() {
                 .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
             println!("LOCKED {}", _guard.fencing_token());
             return; // the guard drops, then the clients: as a `main` ending with `?` does
+        }
+        "abort-holding" => {
+            let guard = client
+                .get_lock(name)
+                .lock()
+                .await
+                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+            println!("LOCKED {}", guard.fencing_token());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            std::process::abort();
         }
         "panic-holding" => {
             let _guard = client
