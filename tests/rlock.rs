@@ -284,11 +284,11 @@ async fn dropping_the_client_and_its_guards_closes_every_connection() {
                     .query_async(&mut raw)
                     .await
                     .unwrap();
-                connections(list) == before + 4
+                connections(list) == before + 5
             })
             .await,
             "the callers' and the background work's command connections, one pub/sub connection \
-             and the presence connection"
+             and the two presence connections"
         );
         guard.unlock().await.unwrap();
     }

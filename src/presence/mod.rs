@@ -259,7 +259,6 @@ pub(crate) async fn keep(
             if lost > 0 && !reported {
                 reported = true;
                 tracing::warn!(
-                    connection = "presence",
                     client = %setup.id,
                     lost,
                     "this client could not confirm its presence within the takeover grace: its \
