@@ -65,6 +65,18 @@ impl Holder {
             Some(_) => Some(Duration::ZERO),
             None => wait,
         };
+        // A client whose presence is in doubt past its grace may have its holds taken over at
+        // any moment (see `presence`): a hold taken now would be lost at once. Its presence
+        // connections are coming back: wait for them, within the budget (or the reconnect wait).
+        let inner = self.inner();
+        let settling = inner
+            .watchdog
+            .presence_settled(wait.unwrap_or(inner.config.reconnect_wait))
+            .await;
+        let wait = match settling {
+            Some(waited) => wait.map(|w| w.saturating_sub(waited)),
+            None => wait,
+        };
         let channel = self.channel();
         let waiting = wait != Some(Duration::ZERO);
         let deadline = wait

@@ -21,6 +21,8 @@ pub(crate) struct Doubt {
     /// not yet confirmed, or the last confirmation found no subscriber or no master.
     in_doubt: AtomicBool,
     times: Mutex<Times>,
+    /// Told when the doubt ends.
+    settled: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -50,6 +52,7 @@ impl Doubt {
                 counted_close: None,
                 refuted: false,
             }),
+            settled: tokio::sync::Notify::new(),
         }
     }
 
@@ -92,7 +95,22 @@ impl Doubt {
     }
 
     pub(crate) fn set_doubt(&self, doubt: bool) {
-        self.in_doubt.store(doubt, Ordering::Release);
+        if self.in_doubt.swap(doubt, Ordering::AcqRel) && !doubt {
+            self.settled.notify_waiters();
+        }
+    }
+
+    /// Resolves once the client is not [`past`](Self::past) its deadline.
+    pub(crate) async fn settled(&self) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if !self.past() {
+                return;
+            }
+            settled.await;
+        }
     }
 
     pub(crate) fn in_doubt(&self) -> bool {
@@ -155,9 +173,10 @@ mod tests {
         // two was never confirmed.
         doubt.closed(start + ms(2_500), true);
         assert_eq!(doubt.safe_until(), start + ms(3_400 - 22));
-        // A confirmation sent before the close says nothing of the time after it.
+        // A confirmation sent before the last close counts from its sending, but says nothing
+        // of the time after the close: the second close still does not count.
         doubt.confirmed(start + ms(2_000));
-        assert_eq!(doubt.safe_until(), start + ms(3_400 - 22));
+        assert_eq!(doubt.safe_until(), start + ms(4_000 - 22));
         doubt.confirmed(start + ms(2_600));
         assert_eq!(doubt.safe_until(), start + ms(4_600 - 22));
         // Refuted: from the last confirmation, and a close after it does not count.

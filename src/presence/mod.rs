@@ -1,26 +1,30 @@
 //! Presence: how a holder whose process died frees its locks in seconds rather than at the end
 //! of its lease.
 //!
-//! Each client keeps a connection of its own subscribed to `ferrisson_presence:{<id>}`, and says
-//! in its identity (field `presence_grace_ms`) how long after that channel is found without a
-//! subscriber its holds may be taken over. When a process dies on a live machine (`kill -9`, an
-//! OOM kill, an abort) the kernel closes its connections at once and Redis drops the
-//! subscription with them. A waiter that has waited [`POLL`] asks, in its acquire script,
-//! whether the holder is such a client and whether its channel is empty (`lua/presence.lua`):
-//! the first to find it empty marks the time in the identity, and the first to find it still
-//! empty a grace later takes the hold over. Whoever finds the channel subscribed clears the
-//! mark, and so does the client itself, every [`CONFIRM_EVERY`] while it holds anything
-//! (`lua/presence_confirm.lua`).
+//! Each client keeps a connection of its own subscribed to `ferrisson_presence:{<id>}` (and one
+//! beside it for its confirmations), and says in its identity (field `presence_grace_ms`) how
+//! long after that channel is found without a subscriber its holds may be taken over. When a
+//! process dies on a live machine (`kill -9`, an OOM kill, an abort) the kernel closes its
+//! connections at once and Redis drops the subscription with them. A waiter that has waited
+//! [`POLL`] asks, in its acquire script, whether the holder is such a client and whether its
+//! channel is empty (`lua/presence.lua`): the first to find it empty marks the time in the
+//! identity, and the first to find it still empty a grace later takes the hold over. Whoever
+//! finds the channel subscribed clears the mark, and so does the client itself, every
+//! [`CONFIRM_EVERY`] while it holds anything (`lua/presence_confirm.lua`).
 //!
 //! The holder's side: nothing can be taken over before the grace has passed since the last
 //! confirmation that found the subscription, since that confirmation cleared every earlier
-//! mark. So while the client cannot tell that its subscription stands (the connection dropped,
-//! or was made anew and not yet confirmed, or a confirmation found no subscriber or a server
-//! that is no master) it counts every hold that may be taken over (locks, not permits) lost a
-//! grace after the last such confirmation was sent, less the clocks' margin (1% and 2 ms, as
+//! mark; on one server, nor before the grace has passed since the subscribed connection was
+//! closed, if that was the first close since (the server had the subscription until it closed
+//! the connection, which the client hears within [`doubt::NOTICE`]). So while the client cannot
+//! tell that its subscription stands (the connection dropped, or was made anew and not yet
+//! confirmed, or a confirmation found no subscriber or a server that is no master, or the
+//! sentinels named a new master) it counts every hold that may be taken over (locks, not
+//! permits) lost a grace after the later of those, less the clocks' margin (1% and 2 ms, as
 //! for a lease; see [`Doubt`]). A Redis that is paused, or a runtime that is blocked, drops no
 //! connection: neither costs a hold. A machine that is lost or cut off sends no FIN, so Redis
-//! keeps the subscription and its holds keep the lease rule.
+//! keeps the subscription (until its `tcp-keepalive`, 300 s by default, gives up on it: far
+//! past the lease, which has lost the hold by then) and its holds keep the lease rule.
 //!
 //! Only on one server (alone, or a sentinel's master): a cluster counts subscribers per node,
 //! so there the lease rules. Holds of clients without presence (another library's, a client
@@ -182,7 +186,11 @@ pub(crate) async fn start(setup: &Setup) -> Result<Started> {
 
 /// One confirmation over the presence connections: the subscribers of `channel` (a mark in
 /// the identity is cleared when there is one).
-async fn confirm(mut commands: MultiplexedConnection, identity: &str, channel: &str) -> Result<i64> {
+async fn confirm(
+    mut commands: MultiplexedConnection,
+    identity: &str,
+    channel: &str,
+) -> Result<i64> {
     let mut evalsha = redis::cmd("EVALSHA");
     evalsha
         .arg(PRESENCE_CONFIRM.sha())
@@ -283,11 +291,7 @@ pub(crate) async fn keep(
             let commands = open.commands.clone();
             confirming = Some(Box::pin(async move {
                 let sent = Instant::now();
-                (
-                    sent,
-                    on,
-                    confirm(commands, &setup.identity, &channel).await,
-                )
+                (sent, on, confirm(commands, &setup.identity, &channel).await)
             }));
         }
         // Up for the next confirmation (at the cadence of a client that holds something: a

@@ -253,6 +253,16 @@ impl Watchdog {
         move || shared.upgrade().map_or(0, |shared| lose_takeovers(&shared))
     }
 
+    /// Waits, at most `within`, while the client's presence is in doubt past its deadline (see
+    /// [`Doubt::past`]): a hold taken then would be lost as soon as it is taken. Answers how
+    /// long it waited (`None`: not at all). Cancel safe.
+    pub(crate) async fn presence_settled(&self, within: Duration) -> Option<Duration> {
+        let doubt = self.doubt.as_ref().filter(|d| d.past())?;
+        let started = Instant::now();
+        let _ = tokio::time::timeout(within, doubt.settled()).await;
+        Some(started.elapsed())
+    }
+
     /// Whether the client holds anything the watchdog keeps, for the presence task.
     pub(crate) fn holding(&self) -> impl Fn() -> bool + Send + 'static {
         let shared = Arc::downgrade(&self.shared);
