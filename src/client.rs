@@ -51,7 +51,7 @@ pub struct Client {
     /// The lock engine's bookkeeping of this client: its owners and local waiters.
     locks: Arc<ClientLocks>,
     /// Dropped with the last handle: waits for the background work (see [`Client::close`]).
-    _last: Arc<LastHandle>,
+    _last: Arc<crate::pending::LastHandle>,
 }
 
 impl std::fmt::Debug for Client {
@@ -500,7 +500,7 @@ impl Client {
                     connection_timeout: config.connection_timeout,
                     response_timeout: config.response_timeout,
                 };
-                start_presence(setup, own, &executor, thread.handle()).await
+                crate::presence::start_announced(setup, own, &executor, thread.handle()).await
             }
             _ => None,
         };
@@ -544,7 +544,7 @@ impl Client {
                 thread,
             }),
             locks: Arc::default(),
-            _last: Arc::new(LastHandle { pending }),
+            _last: Arc::new(crate::pending::LastHandle::new(pending)),
         })
     }
 
@@ -589,7 +589,7 @@ impl Client {
         let deadline = tokio::time::Instant::now() + self.inner.config.response_timeout * 2;
         let within = deadline.saturating_duration_since(tokio::time::Instant::now());
         let left = self.inner.pending.settled(within).await;
-        warn_left(&left);
+        crate::pending::warn_left(&left);
         if let Some(identity) = &self.inner.identity {
             let removal = identity.remove(&self.inner.executor);
             match tokio::time::timeout_at(deadline, removal).await {
@@ -605,60 +605,6 @@ impl Client {
             }
         }
         left
-    }
-}
-
-/// Starts the client's presence (see [`presence`](crate::presence)) on the client's thread,
-/// where its connection lives as long as the client, and announces it in the identity. `None`
-/// when it could not: the client's holds then keep the lease rule.
-async fn start_presence(
-    setup: crate::presence::Setup,
-    own: &crate::identity::Own,
-    executor: &Executor,
-    thread: &tokio::runtime::Handle,
-) -> Option<(crate::presence::Setup, crate::presence::Started)> {
-    let started = thread
-        .spawn(async move {
-            let started = crate::presence::start(&setup).await;
-            started.map(|started| (setup, started))
-        })
-        .await;
-    let refused = match started {
-        Ok(Ok((setup, started))) => match own.announce(executor, setup.grace).await {
-            Ok(()) => return Some((setup, started)),
-            Err(e) => e.to_string(),
-        },
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => e.to_string(),
-    };
-    tracing::warn!(
-        error = %refused,
-        "this client cannot keep its presence (an ACL user needs the channel \
-         ferrisson_presence:*): its locks are freed by their leases alone if it dies"
-    );
-    None
-}
-
-/// Shared by every clone of a [`Client`]: its drop is the drop of the client's last handle.
-struct LastHandle {
-    pending: Arc<crate::pending::Pending>,
-}
-
-/// How long the drop of a client's last handle waits for its background work.
-const FLUSH_ON_DROP: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl Drop for LastHandle {
-    fn drop(&mut self) {
-        // The background work runs on the client's thread, over its own connection for the
-        // releases of dropped guards: blocking here does not stop it.
-        let left = self.pending.settled_blocking(FLUSH_ON_DROP);
-        warn_left(&left);
-    }
-}
-
-fn warn_left(left: &[String]) {
-    for what in left {
-        tracing::warn!(work = %what, "the client is closing with this still under way; what it would have released frees itself when its lease runs out");
     }
 }
 

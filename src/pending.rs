@@ -141,6 +141,35 @@ impl Pending {
     }
 }
 
+/// Shared by every clone of a [`Client`](crate::Client): its drop is the drop of the client's last handle.
+pub(crate) struct LastHandle {
+    pending: Arc<Pending>,
+}
+
+impl LastHandle {
+    pub(crate) fn new(pending: Arc<Pending>) -> Self {
+        LastHandle { pending }
+    }
+}
+
+/// How long the drop of a client's last handle waits for its background work.
+const FLUSH_ON_DROP: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        // The background work runs on the client's thread, over its own connection for the
+        // releases of dropped guards: blocking here does not stop it.
+        let left = self.pending.settled_blocking(FLUSH_ON_DROP);
+        warn_left(&left);
+    }
+}
+
+pub(crate) fn warn_left(left: &[String]) {
+    for what in left {
+        tracing::warn!(work = %what, "the client is closing with this still under way; what it would have released frees itself when its lease runs out");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -553,20 +553,7 @@ impl ClientBuilder {
                 )));
             }
         }
-        // Replica-synced grants are there to survive a failover, which takeover would not let
-        // a hold do: off with them unless asked for.
-        let takeover_grace = match self.takeover_grace {
-            Some(grace) => grace,
-            None if self.sync_replicas.is_some() => None,
-            None => Some(crate::presence::DEFAULT_GRACE),
-        };
-        if let Some(g) = takeover_grace
-            && (g < Duration::from_secs(1) || g > day)
-        {
-            return Err(Error::Config(format!(
-                "takeover_grace must be between 1s and a day, got {g:?}"
-            )));
-        }
+        let takeover_grace = takeover::checked(self.takeover_grace, self.sync_replicas.is_some())?;
         if let Some(t) = self.starvation_threshold
             && (t < Duration::from_millis(1) || t > day)
         {

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::ClientBuilder;
+use crate::error::{Error, Result};
 
 impl ClientBuilder {
     /// How soon after this client's process is found gone its lock holds may be taken over by
@@ -50,5 +51,24 @@ impl ClientBuilder {
     pub fn takeover_grace(mut self, grace: Option<Duration>) -> Self {
         self.takeover_grace = Some(grace);
         self
+    }
+}
+
+/// The grace `asked` for (`None`: not set), or the default: 2 s, or none with replica-synced
+/// grants (`synced`), which are there to survive a failover that takeover would not let a hold
+/// survive. Between 1 s and a day.
+pub(super) fn checked(asked: Option<Option<Duration>>, synced: bool) -> Result<Option<Duration>> {
+    let grace = match asked {
+        Some(grace) => grace,
+        None if synced => None,
+        None => Some(crate::presence::DEFAULT_GRACE),
+    };
+    match grace {
+        Some(g) if g < Duration::from_secs(1) || g > Duration::from_secs(24 * 3600) => {
+            Err(Error::Config(format!(
+                "takeover_grace must be between 1s and a day, got {g:?}"
+            )))
+        }
+        grace => Ok(grace),
     }
 }

@@ -165,3 +165,25 @@ fn drain_grace_defaults_below_kubernetes_and_may_be_zero() {
         Err(Error::Config(m)) if m.contains("drain_grace")
     ));
 }
+
+#[test]
+fn takeover_is_on_by_default_and_off_with_synced_grants_a_cluster_or_no_identity() {
+    let grace = |b: ClientBuilder| b.check().unwrap().takeover_grace;
+    assert_eq!(grace(builder()), Some(Duration::from_secs(2)));
+    assert_eq!(grace(builder().takeover_grace(None)), None);
+    let synced = || builder().sync_replicas(1, Duration::from_millis(100));
+    assert_eq!(grace(synced()), None, "synced grants survive failovers");
+    assert_eq!(
+        grace(synced().takeover_grace(Some(Duration::from_secs(5)))),
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(grace(builder().identity(false)), None);
+    let cluster = ClientBuilder::default().cluster(["redis://127.0.0.1:1"]);
+    assert_eq!(grace(cluster), None);
+    for bad in [Duration::ZERO, Duration::from_millis(999), Duration::from_secs(86_401)] {
+        assert!(matches!(
+            builder().takeover_grace(Some(bad)).check(),
+            Err(Error::Config(m)) if m.contains("takeover_grace")
+        ));
+    }
+}

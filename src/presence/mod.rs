@@ -45,8 +45,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::identity::Own;
 use crate::outage::{Outage, Peer};
-use crate::script::PRESENCE_CONFIRM;
+use crate::script::{Executor, PRESENCE_CONFIRM};
 use crate::topology::Target;
 pub(crate) use doubt::Doubt;
 
@@ -164,7 +165,7 @@ impl Started {
 /// Subscribes the client's channel on a connection of its own and confirms it once, before the
 /// client announces its presence (the confirmation's sending is where the first grace counts
 /// from). An error leaves the client without presence: its holds keep the lease rule.
-pub(crate) async fn start(setup: &Setup) -> Result<Started> {
+async fn start(setup: &Setup) -> Result<Started> {
     let channel = channel(setup.id);
     let link = crate::deadline::capped(
         setup.connection_timeout + setup.response_timeout,
@@ -182,6 +183,37 @@ pub(crate) async fn start(setup: &Setup) -> Result<Started> {
             doubt: Arc::new(Doubt::new(setup.grace, sent)),
         }),
     }
+}
+
+/// Starts a client's presence on the client's thread (`thread`),
+/// where its connection lives as long as the client, and announces it in the identity. `None`
+/// when it could not: the client's holds then keep the lease rule.
+pub(crate) async fn start_announced(
+    setup: Setup,
+    own: &Own,
+    executor: &Executor,
+    thread: &tokio::runtime::Handle,
+) -> Option<(Setup, Started)> {
+    let started = thread
+        .spawn(async move {
+            let started = start(&setup).await;
+            started.map(|started| (setup, started))
+        })
+        .await;
+    let refused = match started {
+        Ok(Ok((setup, started))) => match own.announce(executor, setup.grace).await {
+            Ok(()) => return Some((setup, started)),
+            Err(e) => e.to_string(),
+        },
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(
+        error = %refused,
+        "this client cannot keep its presence (an ACL user needs the channel \
+         ferrisson_presence:*): its locks are freed by their leases alone if it dies"
+    );
+    None
 }
 
 /// One confirmation over the presence connections: the subscribers of `channel` (a mark in
