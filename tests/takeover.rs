@@ -135,6 +135,25 @@ async fn a_killed_blocking_holder_and_a_killed_redlock_holder_are_taken_over_wit
     eprintln!("taken over after a kill -9: blocking {blocking:?}, redlock {redlock:?}");
 }
 
+/// A waiter for the plain lock `name` that asks again when a call fails (no answer while Redis
+/// is paused or down), as a service would.
+fn retrying_waiter(
+    client: &ferrisson::Client,
+    name: &str,
+) -> tokio::task::JoinHandle<ferrisson::Result<u64>> {
+    let (client, name) = (client.clone(), name.to_owned());
+    tokio::spawn(async move {
+        loop {
+            match wait_for(&client, "lock", &name).await {
+                Err(e) if !matches!(e, ferrisson::Error::WrongType { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                done => return done,
+            }
+        }
+    })
+}
+
 /// A live holder waits for: its lock is not taken while it lives, and it is not told lost.
 async fn assert_kept(
     holder: &mut HolderProcess,
@@ -168,20 +187,7 @@ async fn a_redis_paused_for_20s_costs_the_holder_nothing() {
         .unwrap();
     let mut holder = HolderProcess::spawn(&server, "paused:redis", LEASE_MS, "lock");
     holder.locked(Duration::from_secs(10)).await;
-    // A waiter that asks again when a call fails (no answer while Redis is paused).
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            loop {
-                match wait_for(&client, "lock", "paused:redis").await {
-                    Err(e) if !matches!(e, ferrisson::Error::WrongType { .. }) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    done => return done,
-                }
-            }
-        })
-    };
+    let waiter = retrying_waiter(&client, "paused:redis");
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.pause();
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -251,52 +257,70 @@ async fn connections_that_drop_and_come_back_cost_nothing() {
     assert_kept(&mut holder, &waiter, "dropped connections").await;
 }
 
-/// A holder cut off for good (its connections reset, new ones refused) cannot confirm its
-/// presence: it is told its hold is lost before the waiter, which finds it gone, gets it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_cut_off_hears_lost_before_its_lock_is_taken_over() {
+/// A holder through a proxy, a waiter connected directly; `wait` into the wait the proxy
+/// switches to `mode`. Answers how long after that the holder was told its hold is lost, and
+/// the waiter got the lock.
+async fn cut_off(
+    name: &str,
+    lease: Duration,
+    wait: Duration,
+    mode: support::Mode,
+) -> (Duration, Duration) {
     let server = RedisServer::start();
     let client = client(&server).await;
     let proxy = support::Proxy::start(server.port()).await;
-    let cut_off = support::builder_for(&proxy.url()).build().await.unwrap();
-    let guard = cut_off.get_lock("cut:holder").lock().await.unwrap();
+    let cut_off = support::builder_for(&proxy.url())
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
+    let guard = cut_off.get_lock(name).lock().await.unwrap();
     let lost = tokio::spawn(async move {
         guard.lost().await;
         Instant::now()
     });
     let waiter = {
-        let client = client.clone();
+        let (client, name) = (client.clone(), name.to_owned());
         tokio::spawn(async move {
-            let guard = client.get_lock("cut:holder").lock().await?;
+            let guard = client.get_lock(&name).lock().await?;
             Ok::<_, ferrisson::Error>(Instant::now()).inspect(|_| drop(guard))
         })
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    proxy.set(support::Mode::Reset);
+    tokio::time::sleep(wait).await;
+    proxy.set(mode);
     let cut = Instant::now();
-    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let granted = tokio::time::timeout(lease * 3, waiter)
         .await
-        .expect("taken over")
+        .expect("granted")
         .unwrap()
         .unwrap();
     let lost = tokio::time::timeout(Duration::from_secs(1), lost)
         .await
         .expect("the holder was told")
         .unwrap();
-    eprintln!(
-        "cut off: told lost after {:?}, taken over after {:?}",
-        lost - cut,
-        granted - cut
-    );
     assert!(
         lost < granted,
-        "told lost {:?} after the takeover",
+        "{name}: told lost {:?} after the grant",
         lost - granted
     );
+    (lost - cut, granted - cut)
+}
+
+/// A holder cut off for good (its connections reset, new ones refused) cannot confirm its
+/// presence: it is told its hold is lost before the waiter, which finds it gone, gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_hears_lost_before_its_lock_is_taken_over() {
+    let (lost, granted) = cut_off(
+        "cut:holder",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        support::Mode::Reset,
+    )
+    .await;
+    eprintln!("cut off: told lost after {lost:?}, taken over after {granted:?}");
     assert!(
-        granted - cut < Duration::from_secs(4),
-        "taken over after {:?}",
-        granted - cut
+        granted < Duration::from_secs(4),
+        "taken over after {granted:?}"
     );
 }
 
@@ -354,55 +378,17 @@ async fn every_hard_end_of_a_holder_frees_its_lock_within_3s() {
 /// taken over early; its lease frees the lock, as before, and it is told lost first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cut_off_without_a_fin_keeps_the_lease_rule() {
-    let server = RedisServer::start();
-    let client = client(&server).await;
-    let proxy = support::Proxy::start(server.port()).await;
     let lease = Duration::from_secs(5);
-    let cut_off = support::builder_for(&proxy.url())
-        .watchdog_timeout(lease)
-        .build()
-        .await
-        .unwrap();
-    let guard = cut_off.get_lock("blackholed").lock().await.unwrap();
-    let lost = tokio::spawn(async move {
-        guard.lost().await;
-        Instant::now()
-    });
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let guard = client.get_lock("blackholed").lock().await?;
-            Ok::<_, ferrisson::Error>(Instant::now()).inspect(|_| drop(guard))
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.set(support::Mode::Blackhole);
-    let cut = Instant::now();
-    let granted = tokio::time::timeout(Duration::from_secs(15), waiter)
-        .await
-        .expect("freed by the lease")
-        .unwrap()
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(1), lost)
-        .await
-        .expect("the holder was told")
-        .unwrap();
-    eprintln!(
-        "cut off without a FIN: told lost after {:?}, granted after {:?}",
-        lost - cut,
-        granted - cut
-    );
-    assert!(
-        lost < granted,
-        "told lost {:?} after the grant",
-        lost - granted
-    );
-    // The lease (5 s) counts from the last renewal, up to a third of it before the cut.
-    assert!(
-        granted - cut > lease / 2,
-        "freed early, after {:?}",
-        granted - cut
-    );
+    let (lost, granted) = cut_off(
+        "blackholed",
+        lease,
+        Duration::from_millis(500),
+        support::Mode::Blackhole,
+    )
+    .await;
+    eprintln!("cut off without a FIN: told lost after {lost:?}, granted after {granted:?}");
+    // The lease counts from the last renewal, up to a third of it before the cut.
+    assert!(granted > lease / 2, "freed early, after {granted:?}");
 }
 
 /// A Redis restart quicker than the grace (SIGKILL, then the same server back with its AOF):
@@ -413,19 +399,7 @@ async fn a_redis_restart_within_the_grace_costs_the_holder_nothing() {
     let client = client(&server).await;
     let mut holder = HolderProcess::spawn(&server, "restarted", LEASE_MS, "lock");
     holder.locked(Duration::from_secs(10)).await;
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            loop {
-                match wait_for(&client, "lock", "restarted").await {
-                    Err(e) if !matches!(e, ferrisson::Error::WrongType { .. }) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    done => return done,
-                }
-            }
-        })
-    };
+    let waiter = retrying_waiter(&client, "restarted");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let down = Instant::now();
     server.restart_keeping_data();

@@ -180,7 +180,11 @@ fn takeover_is_on_by_default_and_off_with_synced_grants_a_cluster_or_no_identity
     assert_eq!(grace(builder().identity(false)), None);
     let cluster = ClientBuilder::default().cluster(["redis://127.0.0.1:1"]);
     assert_eq!(grace(cluster), None);
-    for bad in [Duration::ZERO, Duration::from_millis(999), Duration::from_secs(86_401)] {
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(86_401),
+    ] {
         assert!(matches!(
             builder().takeover_grace(Some(bad)).check(),
             Err(Error::Config(m)) if m.contains("takeover_grace")

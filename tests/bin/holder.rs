@@ -106,31 +106,16 @@ async fn main() {
     }
     match kind {
         "exit-holding" => {
-            let _guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", _guard.fencing_token());
+            let _guard = locked(client, name).await;
             return; // the guard drops, then the clients: as a `main` ending with `?` does
         }
         "abort-holding" => {
-            let guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", guard.fencing_token());
+            let _guard = locked(client, name).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
             std::process::abort();
         }
         "panic-holding" => {
-            let _guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", _guard.fencing_token());
+            let _guard = locked(client, name).await;
             panic!("the holder panics with the guard alive");
         }
         "signal" => {
@@ -142,12 +127,7 @@ async fn main() {
             let stop = client
                 .on_signal()
                 .unwrap_or_else(|e| fail(1, &format!("cannot listen: {e}")));
-            let guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", guard.fencing_token());
+            let guard = locked(client, name).await;
             let signal = stop.await;
             println!("SIGNALLED {signal} {}", lost_or_held(guard.is_lost()));
             std::future::pending::<()>().await;
@@ -178,12 +158,7 @@ async fn main() {
             std::future::pending::<()>().await;
         }
         "close-then-exit" => {
-            let guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", guard.fencing_token());
+            let guard = locked(client, name).await;
             drop(guard);
             let left = clients.remove(0).close().await;
             if !left.is_empty() {
@@ -192,12 +167,7 @@ async fn main() {
             std::process::exit(0);
         }
         "revocable" | "revocable-unheard" => {
-            let guard = client
-                .get_lock(name)
-                .lock()
-                .await
-                .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
-            println!("LOCKED {}", guard.fencing_token());
+            let guard = locked(client, name).await;
             if kind == "revocable" {
                 guard.revocation_requested().await;
             } else {
@@ -345,6 +315,17 @@ fn drain_blocking(client: &ferrisson::blocking::Client, name: &str) -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// Takes the lock `name` and prints `LOCKED <token>`.
+async fn locked(client: &ferrisson::Client, name: &str) -> ferrisson::LockGuard {
+    let guard = client
+        .get_lock(name)
+        .lock()
+        .await
+        .unwrap_or_else(|e| fail(1, &format!("cannot lock: {e}")));
+    println!("LOCKED {}", guard.fencing_token());
+    guard
 }
 
 /// `ok`, or the error's variant as `Debug` shows it.
