@@ -10,7 +10,7 @@
 -- the subscription with it. The first caller to find the channel empty marks the time
 -- (absent_ms); whoever finds it empty once the grace has passed since the mark takes the hold
 -- over. Whoever finds a subscriber clears the mark, and so does the client itself every second
--- (lua/presence_confirm.lua): the client counts its holds lost a grace after the last such
+-- (`PUBSUB NUMSUB` of its channel, then `HDEL` of the mark; see src/presence): the client counts its holds lost a grace after the last such
 -- confirmation it sent, less a margin for the clocks, whenever it cannot tell that its
 -- subscription stands.
 --

@@ -151,12 +151,11 @@ async fn woken_by_message<T: Send + 'static>(
 async fn every_object_kind_runs_under_the_documented_rule() {
     let server = RedisServer::start();
     create_user(&server, USER, &[]).await;
-    let a = client_as(&server, USER)
-        .await
-        .expect("connects as the user");
-    let b = client_as(&server, USER)
-        .await
-        .expect("connects as the user");
+    // Without takeover: its presence confirmations count channels too, and would count among
+    // the handover's below (takeover under the rule: `a_killed_holder_is_taken_over_...`).
+    let connect = || builder_as(&server, USER).takeover_grace(None).build();
+    let a = connect().await.expect("connects as the user");
+    let b = connect().await.expect("connects as the user");
     let mut admin = server.raw().await;
     let mut numsub_calls = 0;
 
@@ -534,6 +533,40 @@ async fn connecting_locking_and_waiting_leave_acl_log_empty() {
         .await
         .unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();
+    let refusals = acl_log(&server).await;
+    assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
+}
+
+/// Takeover under the rule: the holder, a process connected as the user, subscribes its
+/// presence channel (`&ferrisson_presence:*`) and is killed; the waiter, as the user too, reads
+/// and marks the holder's identity from its script and takes the lock over within seconds.
+/// Nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_is_taken_over_under_the_documented_rule() {
+    let server = RedisServer::start();
+    create_user(&server, USER, &[]).await;
+    let mut holder =
+        support::HolderProcess::spawn_url(&url_of(&server, USER), "app:killed", 30_000, "lock");
+    let held = holder.locked(Duration::from_secs(10)).await;
+    let waiter = client_as(&server, USER)
+        .await
+        .unwrap()
+        .get_lock("app:killed");
+    let waiting = tokio::spawn(async move { waiter.lock().await.map(|g| g.fencing_token()) });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    holder.kill().await;
+    let killed = Instant::now();
+    let token = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("taken over")
+        .unwrap()
+        .unwrap();
+    assert!(token > held);
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "taken over after {:?}",
+        killed.elapsed()
+    );
     let refusals = acl_log(&server).await;
     assert!(refusals.is_empty(), "Redis refused: {refusals:?}");
 }

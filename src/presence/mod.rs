@@ -10,7 +10,8 @@
 //! channel is empty (`lua/presence.lua`): the first to find it empty marks the time in the
 //! identity, and the first to find it still empty a grace later takes the hold over. Whoever
 //! finds the channel subscribed clears the mark, and so does the client itself, every
-//! [`CONFIRM_EVERY`] while it holds anything (`lua/presence_confirm.lua`).
+//! [`CONFIRM_EVERY`] while it holds anything (`PUBSUB NUMSUB` of its channel, then `HDEL` of
+//! the mark, in one round trip: see [`confirm`]).
 //!
 //! The holder's side: nothing can be taken over before the grace has passed since the last
 //! confirmation that found the subscription, since that confirmation cleared every earlier
@@ -47,7 +48,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::identity::Own;
 use crate::outage::{Outage, Peer};
-use crate::script::{Executor, PRESENCE_CONFIRM};
+use crate::script::Executor;
 use crate::topology::Target;
 pub(crate) use doubt::Doubt;
 
@@ -86,6 +87,10 @@ pub(crate) fn waited_since() -> Option<Instant> {
 /// How often the presence connection is tried again while the grace lasts (its holds are at
 /// stake; then it backs off as every connection does).
 const RETRY: Duration = Duration::from_millis(100);
+
+/// The identity's field where the first waiter that found the client's channel empty marks
+/// when (read and written by `lua/presence.lua`).
+const ABSENT: &str = "absent_ms";
 
 /// The channel whose subscriber says client `id` is alive.
 pub(crate) fn channel(id: Uuid) -> String {
@@ -216,32 +221,29 @@ pub(crate) async fn start_announced(
     None
 }
 
-/// One confirmation over the presence connections: the subscribers of `channel` (a mark in
-/// the identity is cleared when there is one).
+/// One confirmation over the presence connections: the subscribers of `channel`, then the
+/// identity's mark cleared, in one round trip. The mark is cleared whatever the count: this
+/// client is alive either way, and a mark cleared only delays a takeover. Plain commands
+/// rather than a script: they cost Redis less, and a replica refuses the `HDEL` (`READONLY`)
+/// as it would a script's.
 async fn confirm(
     mut commands: MultiplexedConnection,
     identity: &str,
     channel: &str,
 ) -> Result<i64> {
-    let mut evalsha = redis::cmd("EVALSHA");
-    evalsha
-        .arg(PRESENCE_CONFIRM.sha())
-        .arg(1)
+    let mut pipe = redis::pipe();
+    pipe.cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .cmd("HDEL")
         .arg(identity)
-        .arg(channel);
-    let answer = match evalsha.query_async(&mut commands).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            // An emptied script cache (a restart): the source, once.
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(PRESENCE_CONFIRM.source_for(false))
-                .arg(1)
-                .arg(identity)
-                .arg(channel);
-            eval.query_async(&mut commands).await
-        }
-        answer => answer,
-    };
-    answer.map_err(Error::Redis)
+        .arg(ABSENT)
+        .ignore();
+    let (counted,): ((String, i64),) = pipe
+        .query_async(&mut commands)
+        .await
+        .map_err(Error::Redis)?;
+    Ok(counted.1)
 }
 
 /// Whether an error is the server's answer (a replica's READONLY, a refusal) rather than no

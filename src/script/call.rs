@@ -157,7 +157,6 @@ scripts! {
     REVOKE => "revoke",
     CLIENT_IDENTITY => "client_identity",
     CLIENT_BEAT => "client_beat",
-    PRESENCE_CONFIRM => "presence_confirm",
 }
 
 /// One invocation of a script: its keys, then its arguments.
