@@ -154,6 +154,20 @@ fn retrying_waiter(
     })
 }
 
+/// A child process holding the plain lock `name`, and a [`retrying_waiter`] for it here.
+async fn held_elsewhere(
+    server: &RedisServer,
+    client: &ferrisson::Client,
+    name: &str,
+) -> (
+    HolderProcess,
+    tokio::task::JoinHandle<ferrisson::Result<u64>>,
+) {
+    let mut holder = HolderProcess::spawn(server, name, LEASE_MS, "lock");
+    holder.locked(Duration::from_secs(10)).await;
+    (holder, retrying_waiter(client, name))
+}
+
 /// A live holder waits for: its lock is not taken while it lives, and it is not told lost.
 async fn assert_kept(
     holder: &mut HolderProcess,
@@ -185,9 +199,7 @@ async fn a_redis_paused_for_20s_costs_the_holder_nothing() {
         .build()
         .await
         .unwrap();
-    let mut holder = HolderProcess::spawn(&server, "paused:redis", LEASE_MS, "lock");
-    holder.locked(Duration::from_secs(10)).await;
-    let waiter = retrying_waiter(&client, "paused:redis");
+    let (mut holder, waiter) = held_elsewhere(&server, &client, "paused:redis").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.pause();
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -212,12 +224,7 @@ async fn a_redis_paused_for_20s_costs_the_holder_nothing() {
 async fn a_stopped_holder_process_keeps_its_lock() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let mut holder = HolderProcess::spawn(&server, "stopped:holder", LEASE_MS, "lock");
-    holder.locked(Duration::from_secs(10)).await;
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move { wait_for(&client, "lock", "stopped:holder").await })
-    };
+    let (mut holder, waiter) = held_elsewhere(&server, &client, "stopped:holder").await;
     holder.stop();
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(
@@ -235,12 +242,7 @@ async fn a_stopped_holder_process_keeps_its_lock() {
 async fn connections_that_drop_and_come_back_cost_nothing() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let mut holder = HolderProcess::spawn(&server, "dropped:holder", LEASE_MS, "lock");
-    holder.locked(Duration::from_secs(10)).await;
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move { wait_for(&client, "lock", "dropped:holder").await })
-    };
+    let (mut holder, waiter) = held_elsewhere(&server, &client, "dropped:holder").await;
     let mut raw = server.raw().await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(700)).await;
@@ -397,9 +399,7 @@ async fn a_holder_cut_off_without_a_fin_keeps_the_lease_rule() {
 async fn a_redis_restart_within_the_grace_costs_the_holder_nothing() {
     let mut server = RedisServer::start_persistent();
     let client = client(&server).await;
-    let mut holder = HolderProcess::spawn(&server, "restarted", LEASE_MS, "lock");
-    holder.locked(Duration::from_secs(10)).await;
-    let waiter = retrying_waiter(&client, "restarted");
+    let (mut holder, waiter) = held_elsewhere(&server, &client, "restarted").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let down = Instant::now();
     server.restart_keeping_data();
