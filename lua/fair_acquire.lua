@@ -173,8 +173,9 @@ if redis.call('exists', KEYS[1]) == 1 then
     return {2, 0}
   end
   local pttl = redis.call('pttl', KEYS[1])
-  -- The hash has one field: its holder.
-  local gone = ARGV[8] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[8]), owner)
+  -- The hash has one field, its holder (a hash of more is another kind's: left alone).
+  local fields = ARGV[8] and redis.call('hkeys', KEYS[1])
+  local gone = fields and #fields == 1 and holder_gone(fields[1], tonumber(ARGV[8]), owner)
   if gone ~= 0 then
     if gone and (pttl == -1 or gone < pttl) then
       pttl = gone

@@ -63,8 +63,9 @@ if pttl ~= -2 then
     if ARGV[3] == '2' then
       return {4, 0}
     end
-    -- An RLock's hash has one field: its holder.
-    local gone = ARGV[6] and holder_gone(redis.call('hkeys', KEYS[1])[1] or '', tonumber(ARGV[6]), ARGV[1])
+    -- An RLock's hash has one field, its holder (a hash of more is another kind's: left alone).
+    local fields = ARGV[6] and redis.call('hkeys', KEYS[1])
+    local gone = fields and #fields == 1 and holder_gone(fields[1], tonumber(ARGV[6]), ARGV[1])
     if gone == 0 then
       -- The holder's process is gone: its hold is taken over (a grant below).
       redis.call('del', KEYS[1])

@@ -1,4 +1,4 @@
--- holder_gone(owner, poll, me): put before the acquire scripts (see src/presence.rs). Whether a hold
+-- holder_gone(owner, poll, me): put before the acquire scripts (see src/presence/mod.rs). Whether a hold
 -- of `owner` (a field '<client uuid>:<n>', or '<client uuid>:<n>:write') that keeps the caller
 -- out belongs to a ferrisson client whose process is gone, so that the hold may be taken over
 -- instead of waiting out its lease.
@@ -9,8 +9,9 @@
 -- without a subscriber. The kernel closes a dead process's connections at once, so Redis drops
 -- the subscription with it. The first caller to find the channel empty marks the time
 -- (absent_ms); whoever finds it empty once the grace has passed since the mark takes the hold
--- over. Whoever finds a subscriber clears the mark, and so does the client itself every second
--- (`PUBSUB NUMSUB` of its channel, then `HDEL` of the mark; see src/presence): the client counts its holds lost a grace after the last such
+-- over. Whoever finds a subscriber clears the mark, and so does the client itself every half
+-- second while it holds anything (`PUBSUB NUMSUB` of its channel, then `HDEL` of the mark; see
+-- src/presence/mod.rs): the client counts its holds lost a grace after the last such
 -- confirmation it sent, less a margin for the clocks, whenever it cannot tell that its
 -- subscription stands.
 --
@@ -28,6 +29,11 @@ local function holder_gone(owner, poll, me)
   if not id or id == string.sub(me, 1, 36) then
     return nil
   end
+  -- Redis before 7 replicates a script by its commands only when asked, before any write (the
+  -- mark, or the caller's takeover).
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
   local identity = 'ferrisson_client:{' .. id .. '}'
   local seen = redis.pcall('hmget', identity, 'presence_grace_ms', 'absent_ms')
   local grace = type(seen) == 'table' and not seen.err and tonumber(seen[1])
@@ -44,9 +50,6 @@ local function holder_gone(owner, poll, me)
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   local since = tonumber(seen[2])
   if not since then
-    if redis.replicate_commands then
-      redis.replicate_commands()
-    end
     -- Refused (an ACL user that may only read identities): this caller cannot start the
     -- count; another may.
     if type(redis.pcall('hset', identity, 'absent_ms', now)) ~= 'number' then

@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::presence::doubt::Doubt;
+
 /// The longest lease accepted: about 34 years. Redis refuses a TTL that would overflow its
 /// clock, and such a refusal in the middle of a script would leave a lock without TTL.
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
@@ -52,6 +54,10 @@ pub(crate) struct Lease {
     revoked: AtomicBool,
     revoked_signal: Notify,
     guards: Mutex<Guards>,
+    /// The client's presence, for a hold another client may take over when the presence is
+    /// found gone: in doubt past its deadline, the hold is lost, whether or not the presence
+    /// task has run yet (see `presence`).
+    presence: std::sync::OnceLock<std::sync::Arc<Doubt>>,
 }
 
 /// Which guards live on a lease, and who renews it.
@@ -81,6 +87,7 @@ impl Lease {
             revoked: AtomicBool::new(false),
             revoked_signal: Notify::new(),
             guards: Mutex::new(Guards::default()),
+            presence: std::sync::OnceLock::new(),
         }
     }
 
@@ -151,11 +158,17 @@ impl Lease {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
-        if Instant::now() >= self.deadline() {
+        if Instant::now() >= self.deadline() || self.presence.get().is_some_and(|d| d.past()) {
             self.mark_lost();
             return true;
         }
         false
+    }
+
+    /// From now on the hold is lost also when the client's presence is in doubt past its
+    /// deadline (see [`Doubt::past`]).
+    pub(crate) fn watch_presence(&self, doubt: std::sync::Arc<Doubt>) {
+        let _ = self.presence.set(doubt);
     }
 
     pub(crate) fn mark_lost(&self) {

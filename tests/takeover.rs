@@ -236,24 +236,30 @@ async fn a_stopped_holder_process_keeps_its_lock() {
     assert_kept(&mut holder, &waiter, "stopped holder").await;
 }
 
-/// The server closes the holder's pub/sub connections again and again (`CLIENT KILL TYPE
-/// pubsub`); each comes back at once. The holder keeps its lock and is never told lost.
+/// The server closes the holder's connections again and again (`CLIENT KILL TYPE pubsub`, then
+/// `normal`, in turn); each comes back at once. The holder keeps its lock and is never told
+/// lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_drop_and_come_back_cost_nothing() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let (mut holder, waiter) = held_elsewhere(&server, &client, "dropped:holder").await;
     let mut raw = server.raw().await;
-    for _ in 0..8 {
+    for round in 0..8 {
         tokio::time::sleep(Duration::from_millis(700)).await;
+        // The subscribed connections, then every other one (the confirmations' included; not
+        // this one).
+        let kind = if round % 2 == 0 { "pubsub" } else { "normal" };
         let killed: i64 = redis::cmd("CLIENT")
             .arg("KILL")
             .arg("TYPE")
-            .arg("pubsub")
+            .arg(kind)
+            .arg("SKIPME")
+            .arg("yes")
             .query_async(&mut raw)
             .await
             .unwrap();
-        assert!(killed >= 1, "the presence connection was killed");
+        assert!(killed >= 1, "{kind} connections were killed");
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_kept(&mut holder, &waiter, "dropped connections").await;

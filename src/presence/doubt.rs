@@ -38,6 +38,8 @@ struct Times {
     /// A confirmation found no subscriber, or a server that is no master, since the last one
     /// that found the subscription.
     refuted: bool,
+    /// When the client last counted its holds lost for want of presence.
+    lost: Option<Instant>,
 }
 
 impl Doubt {
@@ -51,6 +53,7 @@ impl Doubt {
                 closed: None,
                 counted_close: None,
                 refuted: false,
+                lost: None,
             }),
             settled: tokio::sync::Notify::new(),
         }
@@ -92,6 +95,18 @@ impl Doubt {
         let mut times = self.times();
         times.refuted = true;
         times.counted_close = None;
+    }
+
+    /// The client counts its holds lost now (past its deadline, in doubt).
+    pub(crate) fn lost_now(&self) {
+        self.times().lost = Some(Instant::now());
+    }
+
+    /// Whether a hold whose grant was sent at `sent` must be counted lost: the client was past
+    /// its deadline, or counted its holds lost after the grant was sent (the grant was on its
+    /// way then, and the hold may have been taken over before it was registered).
+    pub(crate) fn loses(&self, sent: Instant) -> bool {
+        self.past() || self.times().lost.is_some_and(|lost| lost >= sent)
     }
 
     pub(crate) fn set_doubt(&self, doubt: bool) {

@@ -246,16 +246,32 @@ async fn confirm(
     Ok(counted.1)
 }
 
-/// Whether an error is the server's answer (a replica's READONLY, a refusal) rather than no
-/// answer (a timeout, a cut connection: a paused or restarting server, which takes nothing
-/// over meanwhile).
-fn answered(e: &Error) -> bool {
+/// What a confirmation's failure says.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// The server answered with an error (a replica's READONLY, a refusal): the presence is
+    /// refuted.
+    Refused,
+    /// The connection broke (reset, closed, refused): the server behind the subscribed
+    /// connection may be another by now (a restart, a moved address) without that connection
+    /// having heard of it. Refuted too, and the connections are opened again.
+    Broken,
+    /// No answer in time, or a server still loading its data: a paused or restarting server
+    /// takes nothing over meanwhile. Behind sentinels it may be a master that is being
+    /// replaced, so there it refutes (see [`keep`]).
+    Silent,
+}
+
+fn failure(e: &Error) -> Failure {
     match e {
-        Error::Redis(e) => e.code().is_some(),
+        Error::Redis(e) if e.code() == Some("LOADING") => Failure::Silent,
+        Error::Redis(e) if e.code().is_some() => Failure::Refused,
+        Error::Redis(e) if e.is_timeout() => Failure::Silent,
+        Error::Redis(_) => Failure::Broken,
         Error::PermissionDenied { .. } | Error::WrongType { .. } | Error::UnexpectedReply(_) => {
-            true
+            Failure::Refused
         }
-        _ => false,
+        _ => Failure::Silent,
     }
 }
 
@@ -291,6 +307,8 @@ pub(crate) async fn keep(
     let mut confirming: Option<Confirming> = None;
     let mut connecting: Option<Connecting> = None;
     let mut last_attempt = Instant::now();
+    // Confirmations sent on a connection older than this say nothing (the master moved).
+    let mut counts_from = 0u64;
     let mut last_sent = Instant::now();
     let mut reported = false;
     loop {
@@ -298,6 +316,7 @@ pub(crate) async fn keep(
         doubt.set_doubt(in_doubt);
         if in_doubt && Instant::now() >= doubt.safe_until() {
             let lost = lose();
+            doubt.lost_now();
             if lost > 0 && !reported {
                 reported = true;
                 tracing::warn!(
@@ -315,7 +334,10 @@ pub(crate) async fn keep(
         } else {
             CONFIRM_IDLE
         };
-        let fresh = link.is_some() && confirmed_on != Some(generation);
+        // A new connection is confirmed at once, but not more often than RETRY (a confirmation
+        // connection that fails at once must not spin the loop).
+        let fresh =
+            link.is_some() && confirmed_on != Some(generation) && last_sent.elapsed() >= RETRY;
         if confirming.is_none()
             && (fresh || last_sent.elapsed() >= every)
             && let Some(open) = &link
@@ -365,16 +387,20 @@ pub(crate) async fn keep(
             biased;
             _ = shutdown.changed() => return,
             () = moved.notified() => {
-                // The sentinels name a new master: nobody is subscribed there yet.
+                // The sentinels name a new master: nobody is subscribed there yet, and a
+                // confirmation the old one answers from now on says nothing.
                 tracing::debug!("the master moved; moving the presence connections");
                 doubt.refuted();
                 refuted = true;
                 link = None;
+                confirming = None;
+                counts_from = generation + 1;
             }
             () = Link::closed(&mut link) => {
                 outage.lost(&"the presence connection was closed");
                 doubt.closed(Instant::now(), single);
                 link = None;
+                confirming = None;
             }
             (sent, on, answer) = async {
                 match confirming.as_mut() {
@@ -383,7 +409,10 @@ pub(crate) async fn keep(
                 }
             } => {
                 confirming = None;
+                let failed = answer.as_ref().err().map(failure);
                 match answer {
+                    // Sent to a master the sentinels no longer name: says nothing.
+                    _ if on < counts_from => {}
                     Ok(n) if n > 0 => {
                         doubt.confirmed(sent);
                         refuted = false;
@@ -397,13 +426,19 @@ pub(crate) async fn keep(
                         refuted = true;
                         link = None;
                     }
-                    Err(e) if answered(&e) => {
-                        tracing::warn!(error = %e, "this client's presence was not confirmed");
-                        doubt.refuted();
+                    Err(_) if failed == Some(Failure::Silent) && single => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "this client's presence was not confirmed; connecting again");
+                        // A broken connection says nothing of when the subscription ended: a
+                        // close of the subscribed connection seen before still counts.
+                        if failed != Some(Failure::Broken) {
+                            doubt.refuted();
+                        }
                         refuted = true;
+                        if failed != Some(Failure::Silent) {
+                            link = None;
+                        }
                     }
-                    // No answer: a paused or restarting server takes nothing over meanwhile.
-                    Err(_) => {}
                 }
             }
             opened = async {

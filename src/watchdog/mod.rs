@@ -260,9 +260,15 @@ impl Watchdog {
             Watch::Renew => renewal.lease.granted_at() + self.lease / 3,
             Watch::Check => renewal.lease.granted_at() + NOT_DUE,
         };
-        if self.doubt.as_ref().is_some_and(|d| d.past()) && renewal.target.may_be_taken_over() {
-            // Another client may take it over at any moment: its holder must not count on it.
-            renewal.lease.mark_lost();
+        if let Some(doubt) = &self.doubt
+            && renewal.target.may_be_taken_over()
+        {
+            // Another client may take it over at any moment (or may have): its holder must not
+            // count on it. And from now on the lease asks the presence too (`Lease::is_lost`).
+            if doubt.loses(renewal.lease.granted_at()) {
+                renewal.lease.mark_lost();
+            }
+            renewal.lease.watch_presence(doubt.clone());
         }
         let entry = Entry {
             renewal: Arc::new(renewal),
