@@ -22,9 +22,10 @@ impl ClientBuilder {
     /// its subscription stands. On one server a connection that drops and comes back within
     /// the grace (a Redis restart that quick) costs nothing, one down for longer costs the
     /// holds; behind sentinels the grace counts from the last confirmation (every half second),
-    /// so a failover that takes longer than about the grace costs them. A Redis that is paused
-    /// or a runtime that is blocked drops no connection and costs nothing; a machine that is
-    /// lost or cut off keeps the lease rule (no FIN reaches Redis).
+    /// and a master that does not answer one counts as a master that may be being replaced, so
+    /// a failover, or a pause of the master, longer than about the grace costs them. On one
+    /// server a Redis that is paused or a runtime that is blocked drops no connection and costs
+    /// nothing; a machine that is lost or cut off keeps the lease rule (no FIN reaches Redis).
     ///
     /// Needs the client's [`identity`](Self::identity), which says the grace; works on one
     /// server (alone, or a sentinel's master), not on a cluster, where it is off. Holds of

@@ -19,8 +19,9 @@
 //! closed, if that was the first close since (the server had the subscription until it closed
 //! the connection, which the client hears within [`doubt::NOTICE`]). So while the client cannot
 //! tell that its subscription stands (the connection dropped, or was made anew and not yet
-//! confirmed, or a confirmation found no subscriber or a server that is no master, or the
-//! sentinels named a new master) it counts every hold that may be taken over (locks, not
+//! confirmed, or a confirmation found no subscriber, a server that is no master or a broken
+//! connection, or the sentinels named a new master, or, behind sentinels, a confirmation got
+//! no answer) it counts every hold that may be taken over (locks, not
 //! permits) lost a grace after the later of those, less the clocks' margin (1% and 2 ms, as
 //! for a lease; see [`Doubt`]). A Redis that is paused, or a runtime that is blocked, drops no
 //! connection: neither costs a hold. A machine that is lost or cut off sends no FIN, so Redis
