@@ -2,7 +2,7 @@
 //! holds must be counted lost because another client may take them over (see
 //! [`presence`](super)). A leaf the watchdog reads: it imports nothing of the crate.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,6 +23,13 @@ pub(crate) struct Doubt {
     times: Mutex<Times>,
     /// Told when the doubt ends.
     settled: tokio::sync::Notify,
+    /// The moment `lost_at` counts from.
+    base: Instant,
+    /// When the client last counted its holds lost for want of presence, in µs after `base`
+    /// (0: never). An atomic, since every hold's registration reads it (see [`loses`]).
+    ///
+    /// [`loses`]: Self::loses
+    lost_us: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -38,8 +45,6 @@ struct Times {
     /// A confirmation found no subscriber, or a server that is no master, since the last one
     /// that found the subscription.
     refuted: bool,
-    /// When the client last counted its holds lost for want of presence.
-    lost: Option<Instant>,
 }
 
 impl Doubt {
@@ -53,9 +58,10 @@ impl Doubt {
                 closed: None,
                 counted_close: None,
                 refuted: false,
-                lost: None,
             }),
             settled: tokio::sync::Notify::new(),
+            base: announced,
+            lost_us: AtomicU64::new(0),
         }
     }
 
@@ -99,14 +105,17 @@ impl Doubt {
 
     /// The client counts its holds lost now (past its deadline, in doubt).
     pub(crate) fn lost_now(&self) {
-        self.times().lost = Some(Instant::now());
+        let us = self.base.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.lost_us.store(us.max(1), Ordering::Release);
     }
 
     /// Whether a hold whose grant was sent at `sent` must be counted lost: the client was past
     /// its deadline, or counted its holds lost after the grant was sent (the grant was on its
     /// way then, and the hold may have been taken over before it was registered).
     pub(crate) fn loses(&self, sent: Instant) -> bool {
-        self.past() || self.times().lost.is_some_and(|lost| lost >= sent)
+        let lost = self.lost_us.load(Ordering::Acquire);
+        let sent = sent.saturating_duration_since(self.base).as_micros();
+        self.past() || (lost != 0 && u128::from(lost) >= sent)
     }
 
     pub(crate) fn set_doubt(&self, doubt: bool) {
@@ -198,6 +207,11 @@ mod tests {
         doubt.refuted();
         doubt.closed(start + ms(3_000), true);
         assert_eq!(doubt.safe_until(), start + ms(4_600 - 22));
+        // A grant sent before the holds were last counted lost is lost; one sent after is not.
+        assert!(!doubt.loses(start));
+        doubt.lost_now();
+        assert!(doubt.loses(start));
+        assert!(!doubt.loses(Instant::now() + ms(1)));
         // Not counted at all where the server may have changed (a sentinel's master).
         let other = Doubt::new(ms(2_000), start);
         other.closed(start + ms(1_500), false);
